@@ -1,0 +1,25 @@
+"""llmd: a single-node LLM serving engine and daemon.
+
+`LLM` (the offline API) is imported lazily because it pulls in torch; the sampling
+parameters, config and errors stay importable on machines without it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from llmd.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from llmd.llm import LLM
+
+__all__ = ["LLM", "SamplingParams"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LLM":
+        from llmd.llm import LLM
+
+        return LLM
+    raise AttributeError(f"module 'llmd' has no attribute {name!r}")

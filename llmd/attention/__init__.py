@@ -1,0 +1,1 @@
+"""Paged attention: the per-step metadata and the backends (torch reference, Triton)."""

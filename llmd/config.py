@@ -1,0 +1,134 @@
+"""Engine configuration: frozen, documented, validated dataclasses.
+
+`EngineConfig` is what users set (CLI flags and `LLM(**kwargs)` map onto it one to one);
+`SchedulerConfig` is the resolved subset the torch-free control plane needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from llmd.errors import InvalidParameterError, require
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+POLICIES = ("fcfs", "priority")
+ATTENTION_BACKENDS = ("auto", "torch", "triton")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything that shapes one engine instance; validated when constructed."""
+
+    model: str | None = None
+    """Local HF directory or hub id; None means the default model shipped with llmd."""
+    tokenizer: str | None = None
+    """Tokenizer directory or hub id; None means the model's."""
+    dtype: str = "auto"
+    """Weights and activations: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16."""
+    device: str = "auto"
+    """auto (cuda when available), cpu or cuda."""
+    block_size: int = 16
+    """Tokens per KV-cache block (the paging granularity)."""
+    kv_cache_memory_gib: float = 1.0
+    """On CPU: GiB of memory given to the KV cache (ignored when num_blocks is set)."""
+    gpu_memory_utilization: float = 0.9
+    """On CUDA: fraction of total GPU memory llmd may use (weights, activations and KV)."""
+    num_blocks: int | None = None
+    """Explicit number of KV blocks; overrides the memory budget."""
+    max_model_len: int | None = None
+    """Longest prompt plus output in tokens; None means the model's maximum."""
+    max_num_seqs: int = 256
+    """Most requests in one step's batch."""
+    max_num_batched_tokens: int = 2048
+    """Token budget of one step (prefill chunks plus decode tokens)."""
+    enable_prefix_caching: bool = True
+    """Reuse KV blocks of identical prompt prefixes across requests."""
+    enable_chunked_prefill: bool = True
+    """Split long prompts across steps so decodes keep flowing; off: whole prompts only."""
+    scheduling_policy: str = "fcfs"
+    """fcfs (arrival order) or priority (lower value first, then arrival)."""
+    seed: int = 0
+    """Seed of the engine's random state (requests without their own seed use it)."""
+    attention_backend: str = "auto"
+    """auto (triton on CUDA, torch on CPU), torch or triton."""
+    enforce_eager: bool = False
+    """Disable CUDA graphs for decode steps."""
+    trust_remote_code: bool = False
+    """Never executes remote code; kept so configs copied from HF tools fail clearly."""
+
+    def __post_init__(self) -> None:
+        require(self.dtype in DTYPES, "dtype", f"must be one of {', '.join(DTYPES)}")
+        require(self.device in DEVICES, "device", f"must be one of {', '.join(DEVICES)}")
+        _positive_int("block_size", self.block_size)
+        require(self.block_size <= 256, "block_size", "must be <= 256")
+        require(self.kv_cache_memory_gib > 0, "kv_cache_memory_gib", "must be > 0")
+        require(
+            0 < self.gpu_memory_utilization <= 1,
+            "gpu_memory_utilization",
+            "must be in (0, 1]",
+        )
+        if self.num_blocks is not None:
+            _positive_int("num_blocks", self.num_blocks)
+        if self.max_model_len is not None:
+            _positive_int("max_model_len", self.max_model_len)
+        _positive_int("max_num_seqs", self.max_num_seqs)
+        _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        require(
+            self.scheduling_policy in POLICIES,
+            "scheduling_policy",
+            f"must be one of {', '.join(POLICIES)}",
+        )
+        require(
+            self.attention_backend in ATTENTION_BACKENDS,
+            "attention_backend",
+            f"must be one of {', '.join(ATTENTION_BACKENDS)}",
+        )
+        require(not self.trust_remote_code, "trust_remote_code", "llmd never runs remote code")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> EngineConfig:
+        """Build from keyword arguments, naming any unknown one in a typed error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise InvalidParameterError(
+                f"unknown engine option(s): {', '.join(unknown)}", unknown[0]
+            )
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The resolved limits the scheduler enforces each step."""
+
+    max_num_seqs: int
+    """Most requests in one step's batch."""
+    max_num_batched_tokens: int
+    """Token budget of one step."""
+    max_model_len: int
+    """Longest prompt plus output in tokens."""
+    enable_chunked_prefill: bool = True
+    """Split prompts across steps; off: a prompt is scheduled whole or not at all."""
+    policy: str = "fcfs"
+    """fcfs or priority."""
+
+    def __post_init__(self) -> None:
+        _positive_int("max_num_seqs", self.max_num_seqs)
+        _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        _positive_int("max_model_len", self.max_model_len)
+        require(self.policy in POLICIES, "scheduling_policy", f"must be one of {POLICIES}")
+        if not self.enable_chunked_prefill:
+            require(
+                self.max_num_batched_tokens >= self.max_model_len,
+                "max_num_batched_tokens",
+                "must be >= max_model_len when chunked prefill is disabled "
+                f"({self.max_num_batched_tokens} < {self.max_model_len})",
+            )
+
+
+def _positive_int(name: str, value: Any) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    require(ok, name, f"must be a positive integer, got {value!r}")

@@ -1,0 +1,139 @@
+"""One generation request's state as the scheduler and runner see it.
+
+It is the single source of truth for a request's tokens, progress, KV block table and
+timestamps, so metrics and scheduling never disagree; pure standard library.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from llmd.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    """Where a request is in its lifecycle."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+
+
+class FinishReason(str, enum.Enum):
+    """Why a request finished; the values are sent over the wire."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+    ERROR = "error"
+
+
+@dataclass
+class RequestTimes:
+    """Monotonic timestamps (time.monotonic seconds) for latency metrics."""
+
+    arrival: float
+    first_scheduled: float | None = None
+    first_token: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finished: float | None = None
+
+
+class Request:
+    """A prompt, its generated tokens, its progress (`num_computed_tokens`) and its KV blocks."""
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        sampling_params: SamplingParams,
+        eos_token_ids: tuple[int, ...] = (),
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.sampling_params = sampling_params
+        self.eos_token_ids = eos_token_ids
+        self.priority = priority
+        self.all_token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.num_computed_tokens = 0
+        """Tokens whose K/V are in the cache; the scheduler catches this up to num_tokens."""
+        self.num_cached_tokens = 0
+        """Prompt tokens served by a prefix-cache hit at the last admission."""
+        self.block_ids: list[int] = []
+        """The block table: KV block holding tokens [i*block_size, (i+1)*block_size)."""
+        self.block_hashes: list[int] = []
+        """Chained hashes of this request's full blocks, computed once, reused on re-admission."""
+        self.status = RequestStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.stop_reason: int | str | None = None
+        """The stop token id or stop string that ended the request, if any."""
+        self.error_message: str | None = None
+        self.num_preemptions = 0
+        arrival = time.monotonic() if arrival_time is None else arrival_time
+        self.times = RequestTimes(arrival=arrival)
+        self.events: list[tuple[float, str, int]] = []
+        """Timeline (time, kind, num_tokens) of prefill chunks, decodes and preemptions."""
+        self.num_prefill_chunks = 0
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        """The prompt's token ids."""
+        return self.all_token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        """The generated token ids so far."""
+        return self.all_token_ids[self.num_prompt_tokens :]
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens."""
+        return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Generated tokens so far."""
+        return len(self.all_token_ids) - self.num_prompt_tokens
+
+    @property
+    def max_num_tokens(self) -> int:
+        """Prompt plus the most tokens this request may generate."""
+        return self.num_prompt_tokens + self.sampling_params.max_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        """True once a finish reason is set."""
+        return self.status is RequestStatus.FINISHED
+
+    @property
+    def is_prefilling(self) -> bool:
+        """True while prompt tokens (or recomputed outputs) still lack K/V."""
+        return self.num_computed_tokens < self.num_tokens - 1
+
+    def append_token(self, token_id: int, now: float) -> None:
+        """Record one sampled token and its arrival time."""
+        self.all_token_ids.append(token_id)
+        if self.times.first_token is None:
+            self.times.first_token = now
+        self.times.token_times.append(now)
+
+    def finish(
+        self, reason: FinishReason, now: float, stop_reason: int | str | None = None
+    ) -> None:
+        """Mark finished; the scheduler frees its blocks."""
+        self.status = RequestStatus.FINISHED
+        self.finish_reason = reason
+        self.stop_reason = stop_reason
+        self.times.finished = now
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, status={self.status.value}, "
+            f"tokens={self.num_tokens}, computed={self.num_computed_tokens}, "
+            f"blocks={len(self.block_ids)})"
+        )

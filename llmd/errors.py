@@ -1,0 +1,71 @@
+"""Typed errors shared by the engine, the daemon and the clients.
+
+Every error carries a stable machine-readable `code` (sent over the wire) and, where it
+concerns one input, the `parameter` it names, so a client can say exactly what was wrong.
+"""
+
+from __future__ import annotations
+
+
+class LLMDError(Exception):
+    """Base class of llmd's errors; `code` is stable across versions for clients to match."""
+
+    code = "internal"
+
+    def __init__(self, message: str, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.parameter = parameter
+
+    def __str__(self) -> str:
+        if self.parameter:
+            return f"{self.parameter}: {self.message}"
+        return self.message
+
+
+class InvalidParameterError(LLMDError, ValueError):
+    """A configuration or request value is out of range or of the wrong type."""
+
+    code = "invalid_parameter"
+
+
+class RequestRejectedError(LLMDError):
+    """A request can never be served with this engine (too long for the model or the KV pool)."""
+
+    code = "request_too_large"
+
+
+class UnsupportedModelError(LLMDError):
+    """The checkpoint's architecture or features are not implemented by llmd."""
+
+    code = "unsupported_model"
+
+
+class ModelNotFoundError(LLMDError):
+    """The model path or hub id cannot be resolved (absent locally and not downloadable)."""
+
+    code = "model_not_found"
+
+
+class OverloadedError(LLMDError):
+    """The daemon's request queue is full; the client should retry later."""
+
+    code = "overloaded"
+
+
+class EngineDeadError(LLMDError):
+    """The engine loop has died; in-flight requests cannot complete."""
+
+    code = "engine_dead"
+
+
+class ShuttingDownError(LLMDError):
+    """The daemon is draining and accepts no new requests."""
+
+    code = "shutting_down"
+
+
+def require(condition: bool, parameter: str, message: str) -> None:
+    """Raise InvalidParameterError naming `parameter` when `condition` is false."""
+    if not condition:
+        raise InvalidParameterError(message, parameter)
