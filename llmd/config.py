@@ -56,6 +56,8 @@ class EngineConfig:
     """auto (triton on CUDA, torch on CPU), torch or triton."""
     enforce_eager: bool = False
     """Disable CUDA graphs for decode steps."""
+    skip_tokenizer_init: bool = False
+    """Load no tokenizer: prompts must be token ids and no text is produced (benchmarks)."""
     trust_remote_code: bool = False
     """Never executes remote code; kept so configs copied from HF tools fail clearly."""
 
@@ -132,3 +134,10 @@ class SchedulerConfig:
 def _positive_int(name: str, value: Any) -> None:
     ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
     require(ok, name, f"must be a positive integer, got {value!r}")
+
+
+def default_model_dir() -> str:
+    """The small model shipped inside the package, used when no model is given."""
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parent / "default_model")

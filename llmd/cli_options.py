@@ -1,0 +1,125 @@
+"""Click option groups shared by the commands that build an engine or sampling params.
+
+`llmd generate`, `llmd serve` and `llmd bench` take the same engine flags, and the
+clients take the same sampling flags, so each flag is declared once, here, without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from llmd.config import ATTENTION_BACKENDS, DEVICES, DTYPES, POLICIES
+
+ENGINE_OPTIONS = [
+    click.option("--model", "-m", default=None, help="HF model directory or hub id "
+                 "(default: the small model shipped with llmd)."),
+    click.option("--tokenizer", default=None, help="Tokenizer directory or hub id "
+                 "(default: the model's)."),
+    click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
+                 help="Weights/activations dtype (auto: bf16 on CUDA, fp32 on CPU)."),
+    click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
+                 help="Where the model runs (auto: CUDA if visible)."),
+    click.option("--block-size", type=int, default=16, show_default=True,
+                 help="Tokens per KV-cache block."),
+    click.option("--kv-cache-memory-gib", type=float, default=1.0, show_default=True,
+                 help="KV cache size on CPU, GiB."),
+    click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
+                 help="Fraction of GPU memory llmd may use (weights, activations, KV)."),
+    click.option("--num-blocks", type=int, default=None,
+                 help="Explicit number of KV blocks (overrides the memory budget)."),
+    click.option("--max-model-len", type=int, default=None,
+                 help="Longest prompt+output in tokens (default: the model's)."),
+    click.option("--max-num-seqs", type=int, default=256, show_default=True,
+                 help="Most requests in one step."),
+    click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
+                 help="Token budget per step (prefill chunks plus decodes)."),
+    click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True,
+                 show_default=True, help="Share KV blocks of identical prompt prefixes."),
+    click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", default=True,
+                 show_default=True, help="Split long prompts across steps."),
+    click.option("--scheduling-policy", type=click.Choice(POLICIES), default="fcfs",
+                 show_default=True, help="Admission order."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Engine seed."),
+    click.option("--attention-backend", type=click.Choice(ATTENTION_BACKENDS), default="auto",
+                 show_default=True, help="auto: triton on CUDA, torch on CPU."),
+    click.option("--enforce-eager", is_flag=True, default=False,
+                 help="Disable CUDA graphs for decode steps."),
+]  # fmt: skip
+
+ENGINE_KEYS = (
+    "model", "tokenizer", "dtype", "device", "block_size", "kv_cache_memory_gib",
+    "gpu_memory_utilization", "num_blocks", "max_model_len", "max_num_seqs",
+    "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
+    "scheduling_policy", "seed", "attention_backend", "enforce_eager",
+)  # fmt: skip
+
+SAMPLING_OPTIONS = [
+    click.option("--max-tokens", type=int, default=128, show_default=True,
+                 help="Most tokens to generate per prompt."),
+    click.option("--min-tokens", type=int, default=0, show_default=True,
+                 help="Suppress EOS/stop tokens until this many are generated."),
+    click.option("--temperature", "-t", type=float, default=0.0, show_default=True,
+                 help="Sampling temperature (0: greedy)."),
+    click.option("--top-k", type=int, default=0, show_default=True,
+                 help="Keep the k most likely tokens (0: off)."),
+    click.option("--top-p", type=float, default=1.0, show_default=True,
+                 help="Nucleus sampling mass (1: off)."),
+    click.option("--min-p", type=float, default=0.0, show_default=True,
+                 help="Drop tokens below min_p x the top probability (0: off)."),
+    click.option("--sampling-seed", type=int, default=None,
+                 help="Per-request seed for reproducible sampling."),
+    click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
+                 help="Penalize tokens already in prompt or output (1: off)."),
+    click.option("--presence-penalty", type=float, default=0.0, show_default=True,
+                 help="Penalize tokens present in the output."),
+    click.option("--frequency-penalty", type=float, default=0.0, show_default=True,
+                 help="Penalize tokens by their count in the output."),
+    click.option("--stop", multiple=True, help="Stop string (repeatable)."),
+    click.option("--stop-token-id", "stop_token_ids", type=int, multiple=True,
+                 help="Stop token id (repeatable)."),
+    click.option("--ignore-eos", is_flag=True, default=False,
+                 help="Keep generating past EOS."),
+    click.option("--logprobs", type=int, default=None,
+                 help="Report the sampled token's logprob and the top-N alternatives."),
+]  # fmt: skip
+
+
+def apply_options(options: list[Callable]) -> Callable:
+    """Decorate a click command with a list of options, in order."""
+
+    def decorate(function: Callable) -> Callable:
+        for option in reversed(options):
+            function = option(function)
+        return function
+
+    return decorate
+
+
+def pop_engine_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Remove the engine flags from a command's kwargs and return them as EngineConfig kwargs."""
+    return {key: kwargs.pop(key) for key in ENGINE_KEYS if key in kwargs}
+
+
+def pop_sampling_params(kwargs: dict[str, Any]):
+    """Remove the sampling flags from a command's kwargs and build SamplingParams."""
+    from llmd.sampling_params import SamplingParams
+
+    return SamplingParams(
+        max_tokens=kwargs.pop("max_tokens"),
+        min_tokens=kwargs.pop("min_tokens"),
+        temperature=kwargs.pop("temperature"),
+        top_k=kwargs.pop("top_k"),
+        top_p=kwargs.pop("top_p"),
+        min_p=kwargs.pop("min_p"),
+        seed=kwargs.pop("sampling_seed"),
+        repetition_penalty=kwargs.pop("repetition_penalty"),
+        presence_penalty=kwargs.pop("presence_penalty"),
+        frequency_penalty=kwargs.pop("frequency_penalty"),
+        stop=tuple(kwargs.pop("stop")),
+        stop_token_ids=tuple(kwargs.pop("stop_token_ids")),
+        ignore_eos=kwargs.pop("ignore_eos"),
+        logprobs=kwargs.pop("logprobs"),
+    )

@@ -1,0 +1,1 @@
+"""Implementations of the CLI subcommands, imported lazily by llmd.cli."""

@@ -1,0 +1,36 @@
+"""What one engine step did and how long each phase took (no torch).
+
+The daemon's metrics and `llmd top` read these to separate prefill from decode work and
+to show where step time goes: schedule, prepare, forward, sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One step's token counts, batch composition and phase timings (seconds)."""
+
+    started_at: float
+    """time.monotonic() when the step began."""
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_prefill_seqs: int
+    num_decode_seqs: int
+    num_preempted: int
+    num_running: int
+    num_waiting: int
+    schedule_s: float
+    prepare_s: float
+    forward_s: float
+    sample_s: float
+    total_s: float
+    kv_context_tokens: int = 0
+    """Context tokens whose K/V were read by attention this step (bandwidth accounting)."""
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens computed in the step."""
+        return self.num_prefill_tokens + self.num_decode_tokens

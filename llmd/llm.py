@@ -1,0 +1,202 @@
+"""The offline API: `LLM(model).generate(prompts, params)` and `LLM.chat(conversations)`.
+
+It drives the same engine step loop as the daemon, with a list of prompts at one end and
+a list of outputs (or a stream of text deltas) at the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llmd.config import EngineConfig
+from llmd.engine.detokenizer import IncrementalDetokenizer
+from llmd.engine.request import FinishReason, Request
+from llmd.errors import InvalidParameterError
+from llmd.llm_engine import LLMEngine
+from llmd.outputs import RequestMetrics, RequestOutput, TokenLogprob
+from llmd.sampling_params import SamplingParams
+
+Prompt = str | list[int]
+Message = dict[str, str]
+
+
+@dataclass
+class StreamDelta:
+    """A piece of one request's output as it is produced."""
+
+    index: int
+    """Position of the request in the input list."""
+    text: str
+    token_ids: list[int]
+    output: RequestOutput | None = None
+    """Set on the last delta of a request, when it has finished."""
+
+
+class _Tracked:
+    """A live request with its prompt text, detokenizer and logprobs."""
+
+    def __init__(self, index: int, prompt: str | None, request: Request, detok) -> None:
+        self.index = index
+        self.prompt = prompt
+        self.request = request
+        self.detokenizer: IncrementalDetokenizer = detok
+        self.logprobs: list[TokenLogprob] | None = (
+            [] if request.sampling_params.logprobs is not None else None
+        )
+
+
+class LLM:
+    """Offline batch generation over one engine instance."""
+
+    def __init__(self, model: str | None = None, **engine_options: Any) -> None:
+        self.engine = LLMEngine(EngineConfig.from_kwargs(model=model, **engine_options))
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer wrapper; an error when the engine was built without one."""
+        if self.engine.tokenizer is None:
+            raise InvalidParameterError(
+                "this engine has no tokenizer (skip_tokenizer_init): pass token ids",
+                "skip_tokenizer_init",
+            )
+        return self.engine.tokenizer
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt (text or token ids); outputs come in input order."""
+        outputs: list[RequestOutput | None] = []
+        for delta in self.stream(prompts, params):
+            if delta.output is not None:
+                outputs.extend([None] * (delta.index + 1 - len(outputs)))
+                outputs[delta.index] = delta.output
+        return [output for output in outputs if output is not None]
+
+    def chat(
+        self,
+        conversations: Sequence[Message] | Sequence[Sequence[Message]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Apply the tokenizer's chat template to each conversation and generate replies."""
+        if conversations and isinstance(conversations[0], dict):
+            conversations = [conversations]  # type: ignore[list-item]
+        prompts = [self.tokenizer.apply_chat_template(list(c)) for c in conversations]
+        return self.generate(prompts, params)
+
+    def stream(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        on_step: Callable[[Any], None] | None = None,
+    ) -> Iterator[StreamDelta]:
+        """Yield text deltas of all prompts as the engine produces them."""
+        prompt_list = _normalize_prompts(prompts)
+        params_list = _normalize_params(params, len(prompt_list))
+        live = self._add_all(prompt_list, params_list)
+        try:
+            while live:
+                result = self.engine.step()
+                if on_step is not None and result.stats is not None:
+                    on_step(result.stats)
+                for update in result.updates:
+                    tracked = live.get(update.request.request_id)
+                    if tracked is None:
+                        continue
+                    delta = self._advance(tracked, update)
+                    if delta.output is not None:
+                        del live[update.request.request_id]
+                    if delta.text or delta.token_ids or delta.output is not None:
+                        yield delta
+        finally:
+            for request_id in list(live):  # an abandoned iterator must not leak KV blocks
+                self.engine.abort_request(request_id)
+
+    def _add_all(
+        self, prompts: list[Prompt], params_list: list[SamplingParams]
+    ) -> dict[str, _Tracked]:
+        live: dict[str, _Tracked] = {}
+        try:
+            for index, (prompt, params) in enumerate(zip(prompts, params_list)):
+                text = prompt if isinstance(prompt, str) else None
+                token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+                request = self.engine.add_request(list(token_ids), params)
+                detok = IncrementalDetokenizer(
+                    self.tokenizer,
+                    request.prompt_token_ids,
+                    params.skip_special_tokens,
+                    params.stop,
+                )
+                live[request.request_id] = _Tracked(index, text, request, detok)
+        except Exception:
+            for request_id in live:
+                self.engine.abort_request(request_id)
+            raise
+        return live
+
+    def _advance(self, tracked: _Tracked, update) -> StreamDelta:
+        request = tracked.request
+        delta = tracked.detokenizer.update(update.new_token_ids)
+        text = delta.text
+        if tracked.logprobs is not None and update.new_logprobs:
+            tracked.logprobs.extend(update.new_logprobs)
+        if delta.stop_string is not None and not request.is_finished:
+            self.engine.finish_request(request.request_id, FinishReason.STOP, delta.stop_string)
+        elif delta.stop_string is not None:
+            request.finish_reason = FinishReason.STOP
+            request.stop_reason = delta.stop_string
+        output = None
+        if request.is_finished:
+            if delta.stop_string is None:
+                text += tracked.detokenizer.flush()
+            output = self._output(tracked)
+        return StreamDelta(tracked.index, text, update.new_token_ids, output)
+
+    def _output(self, tracked: _Tracked) -> RequestOutput:
+        request = tracked.request
+        assert request.finish_reason is not None  # set by finish(); internal invariant
+        return RequestOutput(
+            request_id=request.request_id,
+            prompt=tracked.prompt,
+            prompt_token_ids=request.prompt_token_ids,
+            token_ids=request.output_token_ids,
+            text=tracked.detokenizer.output_text,
+            finish_reason=request.finish_reason.value,
+            stop_reason=request.stop_reason,
+            metrics=RequestMetrics.from_request(request),
+            logprobs=tracked.logprobs,
+        )
+
+
+def _normalize_prompts(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+    if isinstance(prompts, str):
+        return [prompts]
+    if not isinstance(prompts, Sequence) or len(prompts) == 0:
+        raise InvalidParameterError("give a prompt or a non-empty list of prompts", "prompts")
+    if all(isinstance(item, int) and not isinstance(item, bool) for item in prompts):
+        return [list(prompts)]  # type: ignore[arg-type]
+    for item in prompts:
+        is_ids = isinstance(item, list) and all(isinstance(t, int) for t in item)
+        if not isinstance(item, str) and not is_ids:
+            raise InvalidParameterError(
+                "each prompt must be a string or a list of token ids", "prompts"
+            )
+    return list(prompts)  # type: ignore[arg-type]
+
+
+def _normalize_params(
+    params: SamplingParams | Sequence[SamplingParams] | None, num_prompts: int
+) -> list[SamplingParams]:
+    if params is None:
+        return [SamplingParams()] * num_prompts
+    if isinstance(params, SamplingParams):
+        return [params] * num_prompts
+    params_list = list(params)
+    if len(params_list) != num_prompts:
+        raise InvalidParameterError(
+            f"got {len(params_list)} sampling params for {num_prompts} prompts", "params"
+        )
+    return params_list

@@ -1,0 +1,246 @@
+"""The engine: the one module that knows both the scheduler and the model runner.
+
+Its step is schedule, run, update; the offline API and the daemon drive the same engine
+and differ only in where requests come from and where tokens go.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from llmd.config import EngineConfig, SchedulerConfig, default_model_dir
+from llmd.engine.block_manager import BlockManager
+from llmd.engine.request import FinishReason, Request
+from llmd.engine.scheduler import Scheduler
+from llmd.engine.step_stats import StepStats
+from llmd.engine.tokenizer import Tokenizer, load_tokenizer, read_generation_eos_token_ids
+from llmd.errors import InvalidParameterError
+from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
+from llmd.outputs import TokenLogprob
+from llmd.runner.device import dtype_name
+from llmd.runner.model_runner import ModelRunner
+from llmd.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RequestUpdate:
+    """New tokens of one request from one step, and whether it has finished."""
+
+    request: Request
+    new_token_ids: list[int]
+    new_logprobs: list[TokenLogprob] | None = None
+
+    @property
+    def is_finished(self) -> bool:
+        """True when the request ended in this step."""
+        return self.request.is_finished
+
+
+@dataclass
+class StepResult:
+    """Everything one step produced."""
+
+    updates: list[RequestUpdate]
+    stats: StepStats | None
+
+
+class LLMEngine:
+    """Loads a model and turns requests into tokens, one scheduling step at a time."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        model = config.model or default_model_dir()
+        self.model_path = resolve_model_path(model)
+        self.model_name = config.model or "llmd-default"
+        self.hf_config = load_hf_config(self.model_path)
+        self.shape = model_shape(self.hf_config)
+        self.max_model_len = self._resolve_max_model_len()
+        self.tokenizer: Tokenizer | None = None
+        if config.skip_tokenizer_init:
+            self.eos_token_ids = _config_eos_token_ids(self.hf_config, self.model_path)
+        else:
+            tokenizer_source = config.tokenizer or str(self.model_path)
+            self.tokenizer = load_tokenizer(tokenizer_source, str(self.model_path))
+            self.eos_token_ids = self.tokenizer.eos_token_ids
+        self.runner = ModelRunner(config, self.model_path, self.hf_config)
+        self.block_manager = BlockManager(
+            self.runner.num_blocks, config.block_size, config.enable_prefix_caching
+        )
+        max_num_batched_tokens = config.max_num_batched_tokens
+        if not config.enable_chunked_prefill:
+            max_num_batched_tokens = max(max_num_batched_tokens, self.max_model_len)
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_model_len=self.max_model_len,
+                enable_chunked_prefill=config.enable_chunked_prefill,
+                policy=config.scheduling_policy,
+            ),
+            self.block_manager,
+        )
+        self.started_at = time.monotonic()
+        logger.info(
+            "engine ready: model=%s device=%s dtype=%s blocks=%d x %d tokens max_model_len=%d",
+            self.model_name,
+            self.runner.device,
+            dtype_name(self.runner.dtype),
+            self.runner.num_blocks,
+            config.block_size,
+            self.max_model_len,
+        )
+
+    def _resolve_max_model_len(self) -> int:
+        """The configured length, bounded by the model's positions (and sliding window)."""
+        model_max = self.shape.max_position_embeddings
+        window = getattr(self.hf_config, "sliding_window", None)
+        uses_window = getattr(self.hf_config, "use_sliding_window", True)
+        if isinstance(window, int) and window > 0 and uses_window:
+            model_max = min(model_max, window)
+        if self.config.max_model_len is None:
+            return model_max
+        if self.config.max_model_len > model_max:
+            raise InvalidParameterError(
+                f"{self.config.max_model_len} exceeds the model's maximum of {model_max}",
+                "max_model_len",
+            )
+        return self.config.max_model_len
+
+    # ---------------------------------------------------------------- requests
+
+    @property
+    def device(self) -> str:
+        """The device the model runs on, as a string."""
+        return str(self.runner.device)
+
+    @property
+    def dtype(self) -> str:
+        """The model's dtype name."""
+        return dtype_name(self.runner.dtype)
+
+    def add_request(
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> Request:
+        """Validate and queue a request; raises a typed error if it can never be served."""
+        vocab_size = self.shape.vocab_size
+        for token_id in prompt_token_ids:
+            if not isinstance(token_id, int) or isinstance(token_id, bool):
+                raise InvalidParameterError("token ids must be integers", "prompt_token_ids")
+            if not 0 <= token_id < vocab_size:
+                raise InvalidParameterError(
+                    f"token id {token_id} is outside the vocabulary [0, {vocab_size})",
+                    "prompt_token_ids",
+                )
+        for token_id in params.stop_token_ids:
+            if token_id >= vocab_size:
+                raise InvalidParameterError(
+                    f"stop token id {token_id} is outside the vocabulary", "stop_token_ids"
+                )
+        request = Request(
+            request_id or uuid.uuid4().hex,
+            prompt_token_ids,
+            params,
+            eos_token_ids=self.eos_token_ids,
+            priority=priority,
+            arrival_time=arrival_time,
+        )
+        self.scheduler.add_request(request)
+        return request
+
+    def abort_request(self, request_id: str) -> Request | None:
+        """Abort a request wherever it is; its KV blocks are freed at once."""
+        return self.scheduler.finish_request(request_id, FinishReason.ABORT)
+
+    def finish_request(
+        self, request_id: str, reason: FinishReason, stop_reason: int | str | None = None
+    ) -> Request | None:
+        """End a request from outside the step loop (a matched stop string, an error)."""
+        return self.scheduler.finish_request(request_id, reason, stop_reason)
+
+    def has_unfinished_requests(self) -> bool:
+        """True while any request waits or runs."""
+        return self.scheduler.has_unfinished_requests
+
+    # ---------------------------------------------------------------- step
+
+    def step(self) -> StepResult:
+        """Schedule, run and apply one step; a failing step fails only its own requests."""
+        started = time.monotonic()
+        plan = self.scheduler.schedule()
+        scheduled = time.monotonic()
+        if plan.is_empty:
+            return StepResult([], None)
+        try:
+            output = self.runner.execute(plan)
+        except Exception as error:  # a bad batch must not take the engine down
+            logger.exception("step failed; failing its %d requests", len(plan.chunks))
+            return StepResult(self._fail_plan(plan, error), None)
+        before = {chunk.request.request_id: chunk.request.num_tokens for chunk in plan.chunks}
+        kv_context_tokens = sum(
+            chunk.request.num_computed_tokens + chunk.num_new_tokens for chunk in plan.chunks
+        )
+        self.scheduler.update_from_output(plan, output.sampled_token_ids)
+        updates = []
+        for chunk in plan.chunks:
+            request = chunk.request
+            num_new = request.num_tokens - before[request.request_id]
+            if num_new == 0 and not request.is_finished:
+                continue
+            logprob = output.logprobs.get(request.request_id)
+            updates.append(
+                RequestUpdate(
+                    request,
+                    request.all_token_ids[request.num_tokens - num_new :],
+                    [logprob] if logprob is not None and num_new else None,
+                )
+            )
+        finished_at = time.monotonic()
+        num_decode = plan.num_decode_tokens
+        stats = StepStats(
+            started_at=started,
+            num_prefill_tokens=plan.num_prefill_tokens,
+            num_decode_tokens=num_decode,
+            num_prefill_seqs=len(plan.chunks) - num_decode,
+            num_decode_seqs=num_decode,
+            num_preempted=len(plan.preempted_request_ids),
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            schedule_s=scheduled - started,
+            prepare_s=output.prepare_s,
+            forward_s=output.forward_s,
+            sample_s=output.sample_s,
+            total_s=finished_at - started,
+            kv_context_tokens=kv_context_tokens,
+        )
+        if not self.scheduler.has_unfinished_requests:
+            self.scheduler.check_integrity()  # idle point: the pool must be whole
+        return StepResult(updates, stats)
+
+    def _fail_plan(self, plan, error: Exception) -> list[RequestUpdate]:
+        updates = []
+        for chunk in plan.chunks:
+            request = self.scheduler.finish_request(chunk.request.request_id, FinishReason.ERROR)
+            if request is not None:
+                request.error_message = f"{type(error).__name__}: {error}"
+                updates.append(RequestUpdate(request, []))
+        return updates
+
+
+def _config_eos_token_ids(hf_config, model_path) -> tuple[int, ...]:
+    """EOS ids from the model config and generation config, for engines without a tokenizer."""
+    eos = getattr(hf_config, "eos_token_id", None)
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    for token_id in read_generation_eos_token_ids(str(model_path)):
+        if token_id not in ids:
+            ids.append(token_id)
+    return tuple(ids)

@@ -1,0 +1,107 @@
+"""What generation returns: finished outputs and their per-request latency metrics.
+
+Pure standard library, so the offline API, the daemon and the clients share one definition
+of TTFT, TPOT and the rest, computed from the request's monotonic timestamps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from llmd.engine.request import Request
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    """Latency breakdown of one request, in seconds (None when the phase never happened)."""
+
+    num_prompt_tokens: int
+    num_generated_tokens: int
+    num_cached_tokens: int
+    """Prompt tokens served from the prefix cache."""
+    num_preemptions: int
+    queue_time: float | None
+    """Arrival to first scheduled."""
+    prefill_time: float | None
+    """First scheduled to first token (includes every prefill chunk)."""
+    ttft: float | None
+    """Arrival to first token: what a user waits before text appears."""
+    decode_time: float | None
+    """First token to last token."""
+    tpot: float | None
+    """Mean time per output token after the first."""
+    e2e: float | None
+    """Arrival to finish."""
+    itl: tuple[float, ...] = field(default=(), repr=False)
+    """Inter-token latencies: the gaps between consecutive output tokens."""
+
+    @classmethod
+    def from_request(cls, request: Request) -> RequestMetrics:
+        """Derive every latency from a request's timestamps."""
+        times = request.times
+        token_times = times.token_times
+        itl = tuple(b - a for a, b in itertools.pairwise(token_times))
+        decode_time = token_times[-1] - token_times[0] if len(token_times) > 1 else None
+        return cls(
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_generated_tokens=request.num_output_tokens,
+            num_cached_tokens=request.num_cached_tokens,
+            num_preemptions=request.num_preemptions,
+            queue_time=_span(times.arrival, times.first_scheduled),
+            prefill_time=_span(times.first_scheduled, times.first_token),
+            ttft=_span(times.arrival, times.first_token),
+            decode_time=decode_time,
+            tpot=decode_time / (len(token_times) - 1) if decode_time is not None else None,
+            e2e=_span(times.arrival, times.finished),
+            itl=itl,
+        )
+
+    def to_dict(self) -> dict:
+        """Wire form (without the per-token ITL list)."""
+        return {
+            "num_prompt_tokens": self.num_prompt_tokens,
+            "num_generated_tokens": self.num_generated_tokens,
+            "num_cached_tokens": self.num_cached_tokens,
+            "num_preemptions": self.num_preemptions,
+            "queue_time": self.queue_time,
+            "prefill_time": self.prefill_time,
+            "ttft": self.ttft,
+            "decode_time": self.decode_time,
+            "tpot": self.tpot,
+            "e2e": self.e2e,
+        }
+
+
+def _span(start: float | None, end: float | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return end - start
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """Log-probability of a sampled token and the top alternatives at that position."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top_token_ids: tuple[int, ...]
+    top_logprobs: tuple[float, ...]
+
+
+@dataclass
+class RequestOutput:
+    """A finished request as the offline API returns it."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    """stop, length, abort or error."""
+    stop_reason: int | str | None
+    """The stop token id or stop string that ended generation, if any."""
+    metrics: RequestMetrics
+    logprobs: list[TokenLogprob] | None = None

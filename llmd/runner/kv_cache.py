@@ -1,0 +1,53 @@
+"""Allocation and sizing of the paged KV cache tensors.
+
+One tensor per layer for K and one for V, `[num_blocks, block_size, num_kv_heads,
+head_dim]`, so a block id indexes the same slot range in every layer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from llmd.errors import InvalidParameterError
+
+GIB = 1024**3
+
+
+def kv_bytes_per_block(
+    num_layers: int, num_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype
+) -> int:
+    """Bytes one block occupies across all layers, K and V together."""
+    element_size = torch.empty((), dtype=dtype).element_size()
+    return 2 * num_layers * block_size * num_kv_heads * head_dim * element_size
+
+
+def num_blocks_for_budget(budget_bytes: float, bytes_per_block: int) -> int:
+    """How many blocks fit a memory budget; errors if not even one does."""
+    num_blocks = int(budget_bytes // bytes_per_block)
+    if num_blocks < 1:
+        raise InvalidParameterError(
+            f"KV cache budget of {budget_bytes / GIB:.3f} GiB holds no block of "
+            f"{bytes_per_block} bytes",
+            "kv_cache_memory_gib",
+        )
+    return num_blocks
+
+
+def allocate_kv_cache(
+    num_layers: int,
+    num_blocks: int,
+    block_size: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Zero-filled (k_cache, v_cache) per layer, each [num_blocks, block_size, kv_heads, dim]."""
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    return [
+        (
+            torch.zeros(shape, dtype=dtype, device=device),
+            torch.zeros(shape, dtype=dtype, device=device),
+        )
+        for _ in range(num_layers)
+    ]

@@ -1,0 +1,112 @@
+"""The offline API end to end on a tiny model with a real tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from llmd import LLM, SamplingParams
+from llmd.cli import main
+from llmd.errors import InvalidParameterError, RequestRejectedError
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model_dir):
+    return LLM(str(tiny_model_dir), num_blocks=128, block_size=8, max_model_len=256)
+
+
+def test_outputs_in_input_order_with_text_and_metrics(llm):
+    prompts = ["hello world", [5, 6, 7, 8], "the quick brown fox"]
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    outputs = llm.generate(prompts, params)
+    assert [out.prompt for out in outputs] == ["hello world", None, "the quick brown fox"]
+    assert outputs[1].prompt_token_ids == [5, 6, 7, 8]
+    for out in outputs:
+        assert len(out.token_ids) == 6 and out.finish_reason == "length"
+        assert out.text == llm.tokenizer.decode(out.token_ids)
+        metrics = out.metrics
+        assert metrics.ttft is not None and metrics.e2e >= metrics.ttft >= 0
+        assert metrics.queue_time is not None and metrics.tpot is not None
+        assert len(metrics.itl) == 5
+
+
+def test_one_params_per_prompt_and_mismatch_error(llm):
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (2, 4)]
+    outputs = llm.generate(["a", "b"], params)
+    assert [len(out.token_ids) for out in outputs] == [2, 4]
+    with pytest.raises(InvalidParameterError):
+        llm.generate(["a", "b"], [SamplingParams()])
+
+
+def test_seeded_sampling_reproducible_across_batches(llm):
+    params = SamplingParams(temperature=1.0, top_p=0.9, max_tokens=8, seed=1234, ignore_eos=True)
+    alone = llm.generate(["once upon a time"], params)[0].token_ids
+    others = SamplingParams(temperature=1.0, max_tokens=5, ignore_eos=True)
+    batched = llm.generate(["x y z", "once upon a time", "hello"], [others, params, others])
+    assert batched[1].token_ids == alone
+    different = SamplingParams(temperature=1.0, top_p=0.9, max_tokens=8, seed=99, ignore_eos=True)
+    assert llm.generate(["once upon a time"], different)[0].token_ids != alone
+
+
+def test_stop_string_excluded_and_generation_ends(llm):
+    greedy = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    full = llm.generate(["hello world"], greedy)[0]
+    # Pick a stop string from the middle of the greedy text so the match is certain.
+    text = full.text
+    start = next(i for i in range(len(text) // 2, len(text) - 1) if text[i : i + 2].strip())
+    stop = text[start : start + 2]
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, stop=[stop])
+    stopped = llm.generate(["hello world"], params)[0]
+    assert stopped.finish_reason == "stop" and stopped.stop_reason == stop
+    assert stopped.text == text[: text.index(stop)]
+    assert len(stopped.token_ids) < len(full.token_ids) or text.index(stop) + len(stop) == len(text)
+
+
+def test_logprobs_returned_per_token(llm):
+    params = SamplingParams(temperature=0.0, max_tokens=3, logprobs=2, ignore_eos=True)
+    out = llm.generate(["hi"], params)[0]
+    assert out.logprobs is not None and len(out.logprobs) == 3
+    for entry, token_id in zip(out.logprobs, out.token_ids):
+        assert entry.token_id == token_id and entry.rank == 1  # greedy: the top token
+        assert len(entry.top_token_ids) == 2 and entry.logprob <= 0
+
+
+def test_chat_applies_template(llm):
+    conversation = [{"role": "user", "content": "hi there"}]
+    reply = llm.chat(conversation, SamplingParams(max_tokens=3, ignore_eos=True))[0]
+    assert reply.prompt_token_ids == llm.tokenizer.apply_chat_template(conversation)
+    with pytest.raises(InvalidParameterError):
+        llm.chat([{"role": "user"}])
+
+
+def test_rejections_are_typed_and_leave_engine_clean(llm):
+    with pytest.raises(RequestRejectedError):
+        llm.generate([[5] * 300], SamplingParams(max_tokens=1))
+    with pytest.raises(InvalidParameterError):
+        llm.generate([[10**9]], SamplingParams(max_tokens=1))
+    assert not llm.engine.has_unfinished_requests()
+    assert llm.engine.block_manager.usage().num_used == 0
+
+
+def test_abandoned_stream_aborts_requests(llm):
+    stream = llm.stream(["a b c", "d e f"], SamplingParams(max_tokens=50, ignore_eos=True))
+    next(stream)
+    stream.close()
+    assert not llm.engine.has_unfinished_requests()
+    assert llm.engine.block_manager.usage().num_used == 0
+
+
+def test_cli_generate_streams_one_prompt(tiny_model_dir):
+    runner = CliRunner()
+    args = ["generate", "--model", str(tiny_model_dir), "--num-blocks", "64", "--max-tokens", "4",
+            "--ignore-eos", "--stats", "hello"]  # fmt: skip
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "finish=length" in result.output and "generated=4" in result.output
+
+
+def test_cli_reports_typed_errors(tiny_model_dir):
+    result = CliRunner().invoke(
+        main, ["generate", "--model", str(tiny_model_dir), "--top-p", "2", "hello"]
+    )
+    assert result.exit_code != 0 and "top_p" in result.output
