@@ -139,7 +139,13 @@ class LLM:
 
     def _advance(self, tracked: _Tracked, update) -> StreamDelta:
         request = tracked.request
-        delta = tracked.detokenizer.update(update.new_token_ids)
+        # A final EOS or stop token id ends generation but is not part of the text.
+        ended_on_token = (
+            request.is_finished
+            and request.finish_reason is FinishReason.STOP
+            and not isinstance(request.stop_reason, str)
+        )
+        delta = tracked.detokenizer.update(update.new_token_ids, exclude_last=ended_on_token)
         text = delta.text
         if tracked.logprobs is not None and update.new_logprobs:
             tracked.logprobs.extend(update.new_logprobs)

@@ -110,3 +110,18 @@ def test_cli_reports_typed_errors(tiny_model_dir):
         main, ["generate", "--model", str(tiny_model_dir), "--top-p", "2", "hello"]
     )
     assert result.exit_code != 0 and "top_p" in result.output
+
+
+def test_stop_token_id_kept_in_ids_not_in_text(llm):
+    greedy = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    full = llm.generate(["hello world"], greedy)[0]
+    stop_id = full.token_ids[3]
+    first = full.token_ids.index(stop_id)
+    params = SamplingParams(
+        temperature=0.0, max_tokens=8, ignore_eos=True, stop_token_ids=[stop_id],
+        skip_special_tokens=False,
+    )  # fmt: skip
+    stopped = llm.generate(["hello world"], params)[0]
+    assert stopped.token_ids == full.token_ids[: first + 1]
+    assert stopped.finish_reason == "stop" and stopped.stop_reason == stop_id
+    assert stopped.text == llm.tokenizer.decode(full.token_ids[:first], skip_special_tokens=False)

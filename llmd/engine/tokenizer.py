@@ -1,0 +1,159 @@
+"""A thin wrapper over a Hugging Face fast tokenizer: encode, decode, chat templates, EOS ids.
+
+The engine, the detokenizer and the offline API need one small, validated surface (typed
+errors, a merged set of EOS ids, decode without clean-up) instead of transformers' many knobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from llmd.errors import InvalidParameterError, ModelNotFoundError
+
+GENERATION_CONFIG_FILE = "generation_config.json"
+
+
+class Tokenizer:
+    """Encodes prompts and chat messages and decodes token ids for one model."""
+
+    def __init__(self, hf_tokenizer: Any, name: str, extra_eos_token_ids: tuple[int, ...] = ()):
+        self.hf_tokenizer = hf_tokenizer
+        """The underlying transformers tokenizer."""
+        self.name = name
+        """The path or hub id it was loaded from."""
+        self._backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+        eos_ids: list[int] = []
+        for token_id in (hf_tokenizer.eos_token_id, *extra_eos_token_ids):
+            if token_id is not None and token_id not in eos_ids:
+                eos_ids.append(int(token_id))
+        self.eos_token_ids: tuple[int, ...] = tuple(eos_ids)
+        """The tokenizer's EOS id and generation_config.json's, deduplicated, in that order."""
+        self.vocab_size: int = len(hf_tokenizer)
+        """Number of token ids the tokenizer knows, added tokens included (the model may pad)."""
+
+    @property
+    def bos_token_id(self) -> int | None:
+        """The beginning-of-sequence token id, if the tokenizer has one."""
+        return self.hf_tokenizer.bos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, with BOS (or other special tokens) where the tokenizer adds them."""
+        if not isinstance(text, str):
+            raise InvalidParameterError(f"must be a string, got {type(text).__name__}", "prompt")
+        return list(self.hf_tokenizer.encode(text, add_special_tokens=True))
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+        """Text of `token_ids`, never applying transformers' tokenization-space clean-up."""
+        if self._backend is not None:
+            return self._backend.decode(token_ids, skip_special_tokens=skip_special_tokens)
+        return self.hf_tokenizer.decode(
+            token_ids,
+            skip_special_tokens=skip_special_tokens,
+            clean_up_tokenization_spaces=False,
+        )
+
+    def convert_ids_to_tokens(self, token_ids: list[int]) -> list[str]:
+        """The vocabulary strings of `token_ids` (for showing logprob alternatives)."""
+        return list(self.hf_tokenizer.convert_ids_to_tokens(token_ids))
+
+    @property
+    def has_chat_template(self) -> bool:
+        """True when the tokenizer ships a chat template."""
+        return bool(getattr(self.hf_tokenizer, "chat_template", None))
+
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> list[int]:
+        """Render `messages` with the model's chat template and return the prompt's token ids."""
+        _validate_messages(messages)
+        if not self.has_chat_template:
+            raise InvalidParameterError(
+                f"tokenizer {self.name!r} has no chat template; send a plain prompt", "messages"
+            )
+        from jinja2 import TemplateError
+
+        try:
+            text = self.hf_tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+        except TemplateError as error:
+            message = f"chat template rejected them: {error}"
+            raise InvalidParameterError(message, "messages") from None
+        # The template writes BOS itself when it wants one; adding it again would duplicate it.
+        return list(self.hf_tokenizer.encode(text, add_special_tokens=False))
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size}, eos={self.eos_token_ids})"
+
+
+def load_tokenizer(path_or_id: str, model_path: str | None = None) -> Tokenizer:
+    """Load a fast tokenizer (never remote code) and merge in `model_path`'s generation EOS ids.
+
+    `model_path` defaults to `path_or_id`; its generation_config.json (local dir, or the hub
+    cache for an id) may list EOS ids beyond the tokenizer's own, e.g. Llama-3's <|eot_id|>.
+    """
+    from transformers import AutoTokenizer
+
+    path_or_id = str(path_or_id)
+    source = os.path.expanduser(path_or_id)
+    looks_local = path_or_id.startswith(("/", "./", "../", "~")) or os.path.exists(source)
+    if looks_local and not os.path.isdir(source):
+        raise ModelNotFoundError(f"no such directory: {path_or_id!r}", "tokenizer")
+    try:
+        hf_tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, trust_remote_code=False)
+    except (OSError, ValueError) as error:
+        raise ModelNotFoundError(
+            f"cannot load a tokenizer from {path_or_id!r}: {error}", "tokenizer"
+        ) from None
+    extra_eos_ids = read_generation_eos_token_ids(os.path.expanduser(model_path or path_or_id))
+    return Tokenizer(hf_tokenizer, path_or_id, extra_eos_ids)
+
+
+def read_generation_eos_token_ids(path_or_id: str) -> tuple[int, ...]:
+    """EOS ids from generation_config.json (an int or a list), or () when there is none."""
+    config_path = _find_generation_config(path_or_id)
+    if config_path is None:
+        return ()
+    try:
+        config = json.loads(Path(config_path).read_text())
+    except (OSError, ValueError):
+        return ()
+    eos = config.get("eos_token_id") if isinstance(config, dict) else None
+    if isinstance(eos, int) and not isinstance(eos, bool):
+        return (eos,)
+    if isinstance(eos, list):
+        return tuple(i for i in eos if isinstance(i, int) and not isinstance(i, bool))
+    return ()
+
+
+def _find_generation_config(path_or_id: str) -> str | None:
+    if os.path.isdir(path_or_id):
+        candidate = os.path.join(path_or_id, GENERATION_CONFIG_FILE)
+        return candidate if os.path.isfile(candidate) else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        cached = try_to_load_from_cache(path_or_id, GENERATION_CONFIG_FILE)
+    except ValueError:  # not a valid repo id
+        return None
+    return cached if isinstance(cached, str) else None
+
+
+def _validate_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise InvalidParameterError("must be a non-empty list of messages", "messages")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidParameterError(f"message {index} must be a map", "messages")
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str) or not role:
+            raise InvalidParameterError(
+                f"message {index} needs a non-empty string 'role'", "messages"
+            )
+        if not isinstance(content, str):
+            raise InvalidParameterError(f"message {index} needs a string 'content'", "messages")
