@@ -97,11 +97,7 @@ class LLMEngine:
 
     def _resolve_max_model_len(self) -> int:
         """The configured length, bounded by the model's positions (and sliding window)."""
-        model_max = self.shape.max_position_embeddings
-        window = getattr(self.hf_config, "sliding_window", None)
-        uses_window = getattr(self.hf_config, "use_sliding_window", True)
-        if isinstance(window, int) and window > 0 and uses_window:
-            model_max = min(model_max, window)
+        model_max = self.shape.max_model_len  # positions, capped by any sliding window
         if self.config.max_model_len is None:
             return model_max
         if self.config.max_model_len > model_max:

@@ -1,0 +1,1 @@
+"""Model implementations (Llama, Mistral, Qwen2, Qwen3), their registry and the loader."""
