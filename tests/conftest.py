@@ -10,10 +10,15 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import pytest
-import torch
+from tests.kernels.triton_env import enable_interpreter_without_cuda
 
-from tests.tiny_model import make_tiny_model
+# Before anything (transformers) imports triton: on CPU-only machines kernels are interpreted.
+enable_interpreter_without_cuda()
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from tests.tiny_model import make_tiny_model  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -1,0 +1,75 @@
+"""Paged attention on the GPU with llmd's Triton kernels (KV store, decode, prefill).
+
+It follows the metadata contract exactly like the torch backend but never reads tensor
+values on the host, so a decode-only step can be captured once per batch-size bucket in a
+CUDA graph and replayed with different context lengths, block tables and slots.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from llmd.attention.backend import AttentionBackend
+from llmd.attention.metadata import AttentionMetadata
+from llmd.kernels.decode_attention import decode_attention
+from llmd.kernels.kv_store import kv_store
+from llmd.kernels.prefill_attention import prefill_attention
+
+
+class TritonAttentionBackend(AttentionBackend):
+    """Stores new K/V by slot, then runs the decode kernel on decodes and prefill on chunks.
+
+    CUDA-graph contract for decode-only steps: every launch depends only on tensor shapes
+    (num_tokens, heads, head_dim, cache shape, `block_tables.shape[1]`), dtypes and
+    `metadata.num_decode_seqs`, never on `seq_lens_cpu` or `max_seq_len`. The split-K choice
+    uses the bound `block_tables.shape[1] * block_size` rather than the step's exact longest
+    context, so the runner must capture with block tables as wide as any replay will need
+    (e.g. max_model_len / block_size) and keep that width fixed per bucket. Padding decode
+    sequences may use slot -1 (not stored) and seq_len 0 (output zeros). As for any graph,
+    replays must reuse the captured tensors (static buffers refilled in place).
+    """
+
+    name = "triton"
+
+    def forward(
+        self,
+        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+        key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
+        v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
+        metadata: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
+        """Write key/value into their slots, then attend each query over its context.
+
+        Rows past the last sequence's tokens (batch padding) are left uninitialised.
+        """
+        kv_store(key, value, k_cache, v_cache, metadata.slot_mapping)
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+        num_decodes = metadata.num_decode_seqs
+        if num_decodes > 0:
+            decode_attention(
+                query[:num_decodes],
+                k_cache,
+                v_cache,
+                metadata.block_tables[:num_decodes],
+                metadata.seq_lens[:num_decodes],
+                scale,
+                out=out[:num_decodes],
+            )
+        if metadata.num_prefill_seqs > 0:
+            # Prefill chunks keep their absolute rows: query_start_loc[num_decodes] is the
+            # first prefill row, so query and out are passed whole, with no copies.
+            prefill_attention(
+                query,
+                k_cache,
+                v_cache,
+                metadata.block_tables[num_decodes:],
+                metadata.seq_lens[num_decodes:],
+                metadata.query_start_loc[num_decodes:],
+                max(metadata.query_lens_cpu[num_decodes:]),
+                scale,
+                out=out,
+            )
+        return out

@@ -1,0 +1,396 @@
+"""Paged decode attention: one query token per sequence attending over its paged KV cache.
+
+Decode is bound by reading K/V, so each program serves every query head of one KV head
+(GQA group) and loads each K/V tile once; for long contexts with few sequences a split-K
+variant spreads one sequence over several programs and a second kernel merges the parts.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from llmd.errors import InvalidParameterError, require
+from llmd.kernels.checks import (
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    check_contiguous,
+    check_devices,
+    check_dtype,
+    check_last_dim_contiguous,
+    check_same_dtype,
+    check_shape,
+    check_tensor,
+    must_dot_in_fp32,
+    next_power_of_2,
+)
+
+LOG2_E = 1.4426950408889634
+MAX_HEAD_DIM = 256
+MAX_NUM_SPLITS = 64
+SPLIT_MIN_SEQ_LEN = 1024
+"""Contexts shorter than this (bound) never use split-K: one program reads them fast enough."""
+SPLIT_MIN_TOKENS = 256
+"""Each split should cover at least this many tokens of the longest possible context."""
+SPLIT_PROGRAMS_PER_SM = 4
+"""Split until about this many programs per SM are in flight, to keep HBM busy."""
+
+
+@triton.jit
+def _decode_attention_kernel(
+    out_ptr,  # [num_seqs, num_heads, head_dim]: final output (NUM_SPLITS == 1)
+    partial_out_ptr,  # [num_seqs, num_heads, NUM_SPLITS, head_dim] fp32 (NUM_SPLITS > 1)
+    partial_max_ptr,  # [num_seqs, num_heads, NUM_SPLITS] fp32: running max (log2 units)
+    partial_sum_ptr,  # [num_seqs, num_heads, NUM_SPLITS] fp32: softmax denominator
+    query_ptr,  # [num_seqs, num_heads, head_dim]
+    k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    block_tables_ptr,  # [num_seqs, max_blocks_per_seq]
+    seq_lens_ptr,  # [num_seqs]
+    qk_scale,  # softmax scale * log2(e)
+    num_heads,
+    stride_out_seq,
+    stride_out_head,
+    stride_q_seq,
+    stride_q_head,
+    stride_k_block,
+    stride_k_token,
+    stride_k_head,
+    stride_v_block,
+    stride_v_token,
+    stride_v_head,
+    stride_table_seq,
+    QUERY_GROUP_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_IN_FP32: tl.constexpr,
+):
+    """One program: one sequence, one KV head (all its query heads), one split of the context."""
+    seq_idx = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split_idx = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + seq_idx)
+    if NUM_SPLITS == 1:
+        ctx_start = 0
+        ctx_end = seq_len
+    else:
+        # Each sequence's own length is divided evenly, so the split count can be fixed per
+        # launch (CUDA-graph friendly) while every split still gets a fair share.
+        split_len = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        ctx_start = split_idx * split_len
+        ctx_end = tl.minimum(seq_len, ctx_start + split_len)
+
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, BLOCK_D)
+    is_head = offs_g < QUERY_GROUP_SIZE
+    is_dim = offs_d < HEAD_DIM
+    head_ids = kv_head * QUERY_GROUP_SIZE + offs_g
+    q_ptrs = (
+        query_ptr + seq_idx * stride_q_seq + head_ids[:, None] * stride_q_head + offs_d[None, :]
+    )
+    q = tl.load(q_ptrs, mask=is_head[:, None] & is_dim[None, :], other=0.0)  # [BLOCK_G, BLOCK_D]
+
+    m_i = tl.full([BLOCK_G], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    table_row = block_tables_ptr + seq_idx * stride_table_seq
+    for tile_start in range(ctx_start, ctx_end, BLOCK_N):
+        offs_n = tile_start + tl.arange(0, BLOCK_N)
+        is_token = offs_n < ctx_end
+        # Masked lanes never read the table or the cache: padding entries stay untouched.
+        block_ids = tl.load(table_row + offs_n // BLOCK_SIZE, mask=is_token, other=0).to(tl.int64)
+        in_block = offs_n % BLOCK_SIZE
+        k_offs = block_ids * stride_k_block + in_block * stride_k_token + kv_head * stride_k_head
+        kv_mask = is_token[None, :] & is_dim[:, None]
+        k = tl.load(k_cache_ptr + k_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0)
+        if DOT_IN_FP32:
+            qk = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="tf32x3")
+        else:
+            qk = tl.dot(q, k)  # [BLOCK_G, BLOCK_N]
+        qk = tl.where(is_token[None, :], qk * qk_scale, float("-inf"))
+        # Every tile holds at least one real token, so m_new is finite for every row.
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])  # [BLOCK_G, BLOCK_N]
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v_offs = block_ids * stride_v_block + in_block * stride_v_token + kv_head * stride_v_head
+        v_mask = is_token[:, None] & is_dim[None, :]
+        v = tl.load(v_cache_ptr + v_offs[:, None] + offs_d[None, :], mask=v_mask, other=0.0)
+        if DOT_IN_FP32:
+            p_rounded = p.to(v.dtype).to(tl.float32)  # same rounding as the low-precision dot
+            pv = tl.dot(p_rounded, v.to(tl.float32), input_precision="tf32x3")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)  # [BLOCK_G, BLOCK_D]
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    row_mask = is_head[:, None] & is_dim[None, :]
+    if NUM_SPLITS == 1:
+        # An empty context (padding sequence) has l_i == 0 and acc == 0: it writes zeros.
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        out_ptrs = out_ptr + seq_idx * stride_out_seq + head_ids[:, None] * stride_out_head
+        tl.store(out_ptrs + offs_d[None, :], out.to(out_ptr.dtype.element_ty), mask=row_mask)
+    else:
+        part_ids = (seq_idx * num_heads + head_ids) * NUM_SPLITS + split_idx  # [BLOCK_G]
+        tl.store(partial_max_ptr + part_ids, m_i, mask=is_head)
+        tl.store(partial_sum_ptr + part_ids, l_i, mask=is_head)
+        part_ptrs = partial_out_ptr + part_ids[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(part_ptrs, acc, mask=row_mask)
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    out_ptr,  # [num_seqs, num_heads, head_dim]
+    partial_out_ptr,  # [num_seqs, num_heads, NUM_SPLITS, head_dim] fp32, unnormalised
+    partial_max_ptr,  # [num_seqs, num_heads, NUM_SPLITS] fp32
+    partial_sum_ptr,  # [num_seqs, num_heads, NUM_SPLITS] fp32
+    num_heads,
+    stride_out_seq,
+    stride_out_head,
+    HEAD_DIM: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """One program: merge the splits of one (sequence, query head) by their softmax weights."""
+    seq_idx = tl.program_id(0)
+    head = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    is_split = offs_s < NUM_SPLITS
+    is_dim = offs_d < HEAD_DIM
+    part_ids = (seq_idx * num_heads + head) * NUM_SPLITS + offs_s  # [BLOCK_S]
+    split_max = tl.load(partial_max_ptr + part_ids, mask=is_split, other=float("-inf"))
+    split_sum = tl.load(partial_sum_ptr + part_ids, mask=is_split, other=0.0)
+    global_max = tl.max(split_max, 0)
+    global_max = tl.where(global_max == float("-inf"), 0.0, global_max)  # all splits empty
+    weights = tl.exp2(split_max - global_max)  # [BLOCK_S]; 0 for empty splits
+    part_ptrs = partial_out_ptr + part_ids[:, None] * HEAD_DIM + offs_d[None, :]
+    acc = tl.load(part_ptrs, mask=is_split[:, None] & is_dim[None, :], other=0.0)
+    numerator = tl.sum(acc * weights[:, None], 0)  # [BLOCK_D]
+    denominator = tl.sum(split_sum * weights, 0)
+    out = numerator / tl.where(denominator > 0, denominator, 1.0)
+    out_ptrs = out_ptr + seq_idx * stride_out_seq + head * stride_out_head + offs_d
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=is_dim)
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    """Streaming multiprocessors of `device` (1 off CUDA, where only the interpreter runs)."""
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
+    """Split-K factor: >1 only when contexts can be long and too few programs fill the GPU.
+
+    It depends only on its integer arguments, so for CUDA graphs it is fixed per batch bucket.
+    """
+    if max_seq_len < SPLIT_MIN_SEQ_LEN:
+        return 1
+    num_programs = max(num_seqs * num_kv_heads, 1)
+    target_programs = SPLIT_PROGRAMS_PER_SM * num_sms
+    if num_programs >= target_programs:
+        return 1
+    num_splits = math.ceil(target_programs / num_programs)
+    return max(1, min(num_splits, max_seq_len // SPLIT_MIN_TOKENS, MAX_NUM_SPLITS))
+
+
+def _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, scale, out) -> None:
+    """Raise a typed error for any input that breaks the kernel's contract."""
+    for name, value in (
+        ("query", query),
+        ("k_cache", k_cache),
+        ("v_cache", v_cache),
+        ("block_tables", block_tables),
+        ("seq_lens", seq_lens),
+    ):
+        check_tensor(value, name)
+    check_dtype(query, "query", FLOAT_DTYPES)
+    check_shape(query, "query", (None, None, None))
+    num_seqs, num_heads, head_dim = query.shape
+    check_shape(k_cache, "k_cache", (None, None, None, head_dim))
+    check_same_dtype(k_cache, "k_cache", query.dtype)
+    check_shape(v_cache, "v_cache", tuple(k_cache.shape))
+    check_same_dtype(v_cache, "v_cache", query.dtype)
+    num_kv_heads = k_cache.shape[2]
+    require(num_kv_heads > 0, "k_cache", "must have at least one KV head")
+    require(
+        num_heads % num_kv_heads == 0,
+        "query",
+        f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})",
+    )
+    require(0 < head_dim <= MAX_HEAD_DIM, "query", f"head_dim must be in [1, {MAX_HEAD_DIM}]")
+    check_dtype(block_tables, "block_tables", INDEX_DTYPES)
+    check_shape(block_tables, "block_tables", (num_seqs, None))
+    check_dtype(seq_lens, "seq_lens", INDEX_DTYPES)
+    check_shape(seq_lens, "seq_lens", (num_seqs,))
+    check_contiguous(seq_lens, "seq_lens")
+    for name, tensor in (("query", query), ("k_cache", k_cache), ("v_cache", v_cache)):
+        check_last_dim_contiguous(tensor, name)
+    check_last_dim_contiguous(block_tables, "block_tables")
+    tensors = {"query": query, "k_cache": k_cache, "v_cache": v_cache}
+    tensors |= {"block_tables": block_tables, "seq_lens": seq_lens}
+    if out is not None:
+        check_tensor(out, "out")
+        check_shape(out, "out", tuple(query.shape))
+        check_same_dtype(out, "out", query.dtype)
+        check_last_dim_contiguous(out, "out")
+        tensors["out"] = out
+    check_devices(tensors)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise InvalidParameterError(f"must be a positive float, got {scale!r}", "scale")
+
+
+def decode_attention(
+    query: torch.Tensor,  # [num_seqs, num_heads, head_dim]
+    k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    block_tables: torch.Tensor,  # [num_seqs, max_blocks_per_seq] int32/int64
+    seq_lens: torch.Tensor,  # [num_seqs] int32/int64, each <= max_blocks_per_seq * block_size
+    scale: float,
+    *,
+    out: torch.Tensor | None = None,  # [num_seqs, num_heads, head_dim]
+    max_seq_len: int | None = None,
+    num_splits: int | None = None,
+    block_n: int | None = None,
+) -> torch.Tensor:  # [num_seqs, num_heads, head_dim]
+    """Attend each sequence's single query over its first `seq_lens[i]` cached tokens.
+
+    `max_seq_len` is an upper bound on `seq_lens` used only to choose the split-K factor
+    (default `max_blocks_per_seq * block_size`, which keeps the launch fixed for CUDA graphs);
+    `num_splits` forces the factor (1 = no split) and `block_n` the token tile, for tests and
+    tuning. A sequence with `seq_lens[i] == 0` gets zeros. Nothing here reads tensor values
+    on the host.
+    """
+    _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, scale, out)
+    num_seqs, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    if out is None:
+        out = torch.empty_like(query)
+    if num_seqs == 0:
+        return out
+    max_len_bound = block_tables.shape[1] * block_size
+    if max_seq_len is None:
+        max_seq_len = max_len_bound
+    require(
+        isinstance(max_seq_len, int) and 0 <= max_seq_len <= max_len_bound,
+        "max_seq_len",
+        f"must be an int in [0, {max_len_bound}] (block_tables width * block_size)",
+    )
+    if num_splits is None:
+        num_splits = choose_num_splits(num_seqs, num_kv_heads, max_seq_len, _num_sms(query.device))
+    require(
+        isinstance(num_splits, int) and 1 <= num_splits <= MAX_NUM_SPLITS,
+        "num_splits",
+        f"must be an int in [1, {MAX_NUM_SPLITS}]",
+    )
+    block_d = max(16, next_power_of_2(head_dim))
+    if block_n is None:
+        block_n = 64 if block_d <= 128 else 32
+    require(
+        block_n in (16, 32, 64, 128),
+        "block_n",
+        "must be 16, 32, 64 or 128",
+    )
+    group_size = num_heads // num_kv_heads
+    block_g = max(16, next_power_of_2(group_size))  # tl.dot needs at least 16 rows
+
+    if num_splits == 1:
+        partial_out = partial_max = partial_sum = out  # unused by the kernel
+    else:
+        partial_out = torch.empty(
+            (num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=query.device
+        )
+        partial_max = torch.empty(
+            (num_seqs, num_heads, num_splits), dtype=torch.float32, device=query.device
+        )
+        partial_sum = torch.empty_like(partial_max)
+
+    _decode_attention_kernel[(num_seqs, num_kv_heads, num_splits)](
+        out,
+        partial_out,
+        partial_max,
+        partial_sum,
+        query,
+        k_cache,
+        v_cache,
+        block_tables,
+        seq_lens,
+        float(scale) * LOG2_E,
+        num_heads,
+        out.stride(0),
+        out.stride(1),
+        query.stride(0),
+        query.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        block_tables.stride(0),
+        QUERY_GROUP_SIZE=group_size,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        NUM_SPLITS=num_splits,
+        BLOCK_G=block_g,
+        BLOCK_D=block_d,
+        BLOCK_N=block_n,
+        DOT_IN_FP32=must_dot_in_fp32(query.dtype),
+        num_warps=4,
+        num_stages=2,
+    )
+    if num_splits > 1:
+        _decode_reduce_kernel[(num_seqs, num_heads)](
+            out,
+            partial_out,
+            partial_max,
+            partial_sum,
+            num_heads,
+            out.stride(0),
+            out.stride(1),
+            HEAD_DIM=head_dim,
+            NUM_SPLITS=num_splits,
+            BLOCK_S=next_power_of_2(num_splits),
+            BLOCK_D=block_d,
+            num_warps=4 if block_d >= 128 else 2,
+        )
+    return out
+
+
+def decode_attention_reference(
+    query: torch.Tensor,  # [num_seqs, num_heads, head_dim]
+    k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    block_tables: torch.Tensor,  # [num_seqs, max_blocks_per_seq]
+    seq_lens: torch.Tensor,  # [num_seqs]
+    scale: float,
+) -> torch.Tensor:  # [num_seqs, num_heads, head_dim]
+    """Slow, obviously correct decode attention in fp32, one sequence at a time."""
+    num_heads = query.shape[1]
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group_size = num_heads // num_kv_heads
+    out = torch.zeros_like(query)
+    for seq_idx, seq_len in enumerate(seq_lens.tolist()):
+        if seq_len == 0:
+            continue
+        positions = torch.arange(seq_len, device=query.device)
+        block_ids = block_tables[seq_idx, positions // block_size].long()
+        keys = k_cache[block_ids, positions % block_size].float()  # [seq_len, kv_heads, dim]
+        values = v_cache[block_ids, positions % block_size].float()
+        keys = keys.repeat_interleave(group_size, dim=1)  # [seq_len, num_heads, head_dim]
+        values = values.repeat_interleave(group_size, dim=1)
+        scores = torch.einsum("hd,thd->ht", query[seq_idx].float(), keys) * scale
+        probs = scores.softmax(dim=-1)  # [num_heads, seq_len]
+        out[seq_idx] = torch.einsum("ht,thd->hd", probs, values).to(query.dtype)
+    return out

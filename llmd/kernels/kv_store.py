@@ -1,0 +1,157 @@
+"""Write a step's new keys and values into their paged KV-cache slots.
+
+Attention kernels read every K/V through the block table, so the step's own tokens must be
+in the cache first; slot -1 marks a padding token (e.g. CUDA-graph batch padding) to skip.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from llmd.errors import require
+from llmd.kernels.checks import (
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    check_contiguous,
+    check_devices,
+    check_dtype,
+    check_last_dim_contiguous,
+    check_same_dtype,
+    check_shape,
+    check_tensor,
+    next_power_of_2,
+)
+
+
+@triton.jit
+def _kv_store_kernel(
+    key_ptr,  # [num_tokens, num_kv_heads, head_dim]
+    value_ptr,  # [num_tokens, num_kv_heads, head_dim]
+    k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    slot_mapping_ptr,  # [num_tokens]
+    stride_key_token,
+    stride_key_head,
+    stride_value_token,
+    stride_value_head,
+    stride_k_block,
+    stride_k_token,
+    stride_k_head,
+    stride_v_block,
+    stride_v_token,
+    stride_v_head,
+    NUM_KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """One program: copy every KV head of one token into its cache slot (skip slot < 0)."""
+    token = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
+    if slot < 0:
+        return
+    block_id = slot // BLOCK_SIZE
+    in_block = slot % BLOCK_SIZE
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_h < NUM_KV_HEADS)[:, None] & (offs_d < HEAD_DIM)[None, :]
+    key_ptrs = key_ptr + token * stride_key_token + offs_h[:, None] * stride_key_head
+    key = tl.load(key_ptrs + offs_d[None, :], mask=mask)  # [BLOCK_H, BLOCK_D]
+    value_ptrs = value_ptr + token * stride_value_token + offs_h[:, None] * stride_value_head
+    value = tl.load(value_ptrs + offs_d[None, :], mask=mask)  # [BLOCK_H, BLOCK_D]
+    k_dst = k_cache_ptr + block_id * stride_k_block + in_block * stride_k_token
+    tl.store(k_dst + offs_h[:, None] * stride_k_head + offs_d[None, :], key, mask=mask)
+    v_dst = v_cache_ptr + block_id * stride_v_block + in_block * stride_v_token
+    tl.store(v_dst + offs_h[:, None] * stride_v_head + offs_d[None, :], value, mask=mask)
+
+
+def kv_store(
+    key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim], written in place
+    v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim], written in place
+    slot_mapping: torch.Tensor,  # [num_tokens] int64/int32: block_id * block_size + offset
+) -> None:
+    """Copy token t's key/value to slot `slot_mapping[t]` of the caches; slot -1 skips it.
+
+    Slots must be < num_blocks * block_size and distinct (except -1); that is not checked,
+    since it would need a host sync.
+    """
+    for name, tensor in (
+        ("key", key),
+        ("value", value),
+        ("k_cache", k_cache),
+        ("v_cache", v_cache),
+        ("slot_mapping", slot_mapping),
+    ):
+        check_tensor(tensor, name)
+    check_dtype(key, "key", FLOAT_DTYPES)
+    check_shape(key, "key", (None, None, None))
+    num_tokens, num_kv_heads, head_dim = key.shape
+    check_shape(value, "value", tuple(key.shape))
+    check_same_dtype(value, "value", key.dtype)
+    check_shape(k_cache, "k_cache", (None, None, num_kv_heads, head_dim))
+    check_shape(v_cache, "v_cache", tuple(k_cache.shape))
+    check_same_dtype(k_cache, "k_cache", key.dtype)
+    check_same_dtype(v_cache, "v_cache", key.dtype)
+    check_dtype(slot_mapping, "slot_mapping", INDEX_DTYPES)
+    check_shape(slot_mapping, "slot_mapping", (num_tokens,))
+    check_contiguous(slot_mapping, "slot_mapping")
+    for name, tensor in (
+        ("key", key),
+        ("value", value),
+        ("k_cache", k_cache),
+        ("v_cache", v_cache),
+    ):
+        check_last_dim_contiguous(tensor, name)
+    check_devices(
+        {"key": key, "value": value, "k_cache": k_cache, "v_cache": v_cache}
+        | {"slot_mapping": slot_mapping}
+    )
+    require(k_cache.shape[1] > 0, "k_cache", "block_size must be positive")
+    if num_tokens == 0:
+        return
+    block_h = next_power_of_2(num_kv_heads)
+    block_d = next_power_of_2(head_dim)
+    _kv_store_kernel[(num_tokens,)](
+        key,
+        value,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        NUM_KV_HEADS=num_kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=k_cache.shape[1],
+        BLOCK_H=block_h,
+        BLOCK_D=block_d,
+        num_warps=max(1, min(8, block_h * block_d // 256)),
+    )
+
+
+def kv_store_reference(
+    key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+    k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim], written in place
+    v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim], written in place
+    slot_mapping: torch.Tensor,  # [num_tokens]
+) -> None:
+    """Slow, obviously correct store: one token at a time, skipping slot -1."""
+    block_size = k_cache.shape[1]
+    for token, slot in enumerate(slot_mapping.tolist()):
+        if slot < 0:
+            continue
+        k_cache[slot // block_size, slot % block_size] = key[token]
+        v_cache[slot // block_size, slot % block_size] = value[token]
