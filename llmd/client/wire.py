@@ -1,0 +1,131 @@
+"""Pieces both clients share: socket set-up, request building, error replies, liveness.
+
+A client waits on a daemon that may have died; any message resets a silence clock, a
+health probe goes out after half the timeout of silence, and a full timeout of silence
+means the daemon is gone, however long a legitimate generation takes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import zmq
+
+from llmd.client.errors import daemon_not_running
+from llmd.errors import InvalidParameterError
+from llmd.protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    ErrorReply,
+    GenerateRequest,
+    WireMessage,
+    encode,
+    error_from_code,
+    parse_address,
+)
+from llmd.sampling_params import SamplingParams
+
+LINGER_MS = 500
+"""How long closing waits to deliver queued aborts."""
+MAX_REPLY_BYTES = 256 * 1024 * 1024
+
+
+def make_socket(context: zmq.Context, address: str) -> zmq.Socket:
+    """A DEALER connected to `address`; fails fast when an ipc socket file does not exist."""
+    parsed = parse_address(address)
+    if parsed.scheme == "ipc" and not os.path.exists(parsed.path):
+        raise daemon_not_running(address, "its socket file does not exist")
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, LINGER_MS)
+    # No ZMQ_IMMEDIATE: with it, a disconnect discards replies not yet read (a draining
+    # daemon's last messages); a daemon that never answers is caught by the liveness check.
+    socket.setsockopt(zmq.MAXMSGSIZE, MAX_REPLY_BYTES)
+    socket.connect(address)
+    return socket
+
+
+def new_id_prefix() -> str:
+    """A short random prefix that keeps one client's request ids apart from another's."""
+    return uuid.uuid4().hex[:8]
+
+
+def encode_request(message: WireMessage) -> bytes:
+    """msgpack bytes of a request, refused locally when larger than a daemon accepts."""
+    payload = encode(message)
+    if len(payload) > DEFAULT_MAX_MESSAGE_BYTES:
+        raise InvalidParameterError(
+            f"the request is {len(payload)} bytes; the daemon accepts at most "
+            f"{DEFAULT_MAX_MESSAGE_BYTES}",
+            "prompt",
+        )
+    return payload
+
+
+def build_generate(
+    request_id: str,
+    prompt: str | None,
+    messages: Sequence[dict[str, str]] | None,
+    prompt_token_ids: Sequence[int] | None,
+    params: SamplingParams | dict[str, Any] | None,
+    priority: int,
+    stream: bool,
+) -> GenerateRequest:
+    """A validated generate request (raises typed errors before anything is sent)."""
+    if isinstance(params, SamplingParams):
+        params_dict = params.to_dict()
+    elif params is None:
+        params_dict = {}
+    elif isinstance(params, dict):
+        params_dict = dict(params)
+    else:
+        raise InvalidParameterError("must be SamplingParams, a dict or None", "params")
+    return GenerateRequest(
+        id=request_id,
+        prompt=prompt,
+        prompt_token_ids=None if prompt_token_ids is None else list(prompt_token_ids),
+        messages=None if messages is None else [dict(m) for m in messages],
+        sampling_params=params_dict,
+        stream=stream,
+        priority=priority,
+    )
+
+
+def raise_error(reply: ErrorReply) -> None:
+    """Raise the exception class matching the reply's code."""
+    raise error_from_code(reply.code, reply.message, reply.parameter)
+
+
+class Liveness:
+    """Tracks silence from the daemon and says when to probe and when to give up."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.last_heard = time.monotonic()
+        self.probe_sent_at: float | None = None
+
+    def heard(self) -> None:
+        """Any message arrived."""
+        self.last_heard = time.monotonic()
+        self.probe_sent_at = None
+
+    def should_probe(self) -> bool:
+        """True once half the timeout passed in silence and no probe is out."""
+        silence = time.monotonic() - self.last_heard
+        return self.probe_sent_at is None and silence >= self.timeout / 2
+
+    def probe_sent(self) -> None:
+        """A health probe went out."""
+        self.probe_sent_at = time.monotonic()
+
+    def is_dead(self) -> bool:
+        """True after a full timeout of silence."""
+        return time.monotonic() - self.last_heard >= self.timeout
+
+    def wait_s(self) -> float:
+        """How long to wait before the next check."""
+        silence = time.monotonic() - self.last_heard
+        next_check = self.timeout / 2 if self.probe_sent_at is None else self.timeout
+        return max(0.001, min(next_check - silence, self.timeout / 2))

@@ -1,0 +1,261 @@
+"""`llmd serve`, `llmd stop` and `llmd status`: start, stop and inspect the daemon.
+
+Registered into the `llmd` group by llmd.cli; only click is imported at module scope,
+so `llmd --help` stays instant and stop/status never load torch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from llmd.cli_options import ENGINE_OPTIONS, apply_options, pop_engine_kwargs
+
+ADDRESS_HELP = "ipc://PATH or tcp://HOST:PORT (default: $LLMD_ADDRESS, else an ipc socket in "
+ADDRESS_HELP += "$XDG_RUNTIME_DIR/llmd or /tmp/llmd-$UID)."
+STOP_WAIT_S = 10.0
+"""After the daemon acknowledged stopping, how long `llmd stop` waits for it to release its
+address lock (the last thing it does before exiting)."""
+
+
+def register(main: click.Group) -> None:
+    """Add the daemon commands to the `llmd` group."""
+    main.add_command(serve)
+    main.add_command(stop)
+    main.add_command(status)
+
+
+def _fail(error: Exception) -> click.ClickException:
+    code = getattr(error, "code", "error")
+    return click.ClickException(f"{code}: {error}")
+
+
+@click.command()
+@apply_options(ENGINE_OPTIONS)
+@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="Allow a non-loopback tcp address (the protocol has no authentication).",
+)
+@click.option(
+    "--detach", is_flag=True, help="Run in the background; return once the daemon is healthy."
+)
+@click.option(
+    "--log-file",
+    default=None,
+    help="Log file of a detached daemon (default: in the runtime directory).",
+)
+@click.option(
+    "--max-queued-requests",
+    type=int,
+    default=1024,
+    show_default=True,
+    help="Most requests in flight; more are refused with `overloaded`.",
+)
+@click.option(
+    "--max-message-bytes",
+    type=int,
+    default=8 * 1024 * 1024,
+    show_default=True,
+    help="Largest message a client may send.",
+)
+@click.option(
+    "--slo-ttft-ms", type=float, default=None, help="Time-to-first-token target for goodput."
+)
+@click.option(
+    "--slo-tpot-ms", type=float, default=None, help="Time-per-output-token target for goodput."
+)
+@click.option(
+    "--drain-timeout",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds in-flight requests may take to finish on SIGTERM.",
+)
+@click.option(
+    "--metrics-window",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds of history in latency percentiles and rates.",
+)
+@click.option(
+    "--ready-timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="With --detach: seconds to wait for the daemon to become healthy.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+def serve(**kwargs: Any) -> None:
+    """Serve a model to clients over ZeroMQ (foreground unless --detach)."""
+    from llmd.daemon.serve import run_serve
+    from llmd.daemon.serve_options import ServeOptions
+    from llmd.errors import LLMDError
+
+    engine_kwargs = pop_engine_kwargs(kwargs)
+    try:
+        options = ServeOptions(
+            address=kwargs["address"],
+            allow_remote=kwargs["allow_remote"],
+            detach=kwargs["detach"],
+            log_file=kwargs["log_file"],
+            max_queued_requests=kwargs["max_queued_requests"],
+            max_message_bytes=kwargs["max_message_bytes"],
+            slo_ttft_ms=kwargs["slo_ttft_ms"],
+            slo_tpot_ms=kwargs["slo_tpot_ms"],
+            drain_timeout_s=kwargs["drain_timeout"],
+            metrics_window_s=kwargs["metrics_window"],
+            ready_timeout_s=kwargs["ready_timeout"],
+            log_level=kwargs["log_level"],
+            engine_kwargs=engine_kwargs,
+        )
+        run_serve(options)
+    except LLMDError as error:
+        raise _fail(error) from None
+
+
+@click.command()
+@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option(
+    "--timeout",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds in-flight requests may take to finish; the rest are aborted.",
+)
+@click.option("--now", is_flag=True, help="Abort in-flight requests instead of draining.")
+def stop(address: str | None, timeout: float, now: bool) -> None:
+    """Stop the daemon: drain in-flight requests (or abort them with --now), then exit."""
+    from llmd.client import Client, DaemonNotRunningError
+    from llmd.errors import LLMDError
+
+    try:
+        with Client(address) as client:
+            health = client.health()
+            client.shutdown(now=now, timeout=timeout, wait=True)
+    except DaemonNotRunningError as error:
+        raise _fail(error) from None
+    except LLMDError as error:
+        raise _fail(error) from None
+    pid = health["pid"]
+    _wait_for_lock_release(client.address, STOP_WAIT_S)
+    click.echo(f"stopped the llmd daemon at {client.address} (pid {pid})")
+
+
+@click.command()
+@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def status(address: str | None, as_json: bool) -> None:
+    """Show the daemon's model, device, queue and KV-cache use."""
+    from llmd.client import Client, DaemonNotRunningError
+    from llmd.protocol import default_address
+
+    try:
+        with Client(address) as client:
+            snapshot = client.stats(include_requests=False, include_block_map=False)
+    except DaemonNotRunningError as error:
+        if as_json:
+            report = {
+                "running": False,
+                "address": address or default_address(),
+                "error": str(error),
+            }
+            click.echo(json.dumps(report, indent=2))
+            sys.exit(1)
+        raise _fail(error) from None
+    report = status_report(snapshot)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo(format_status(report))
+
+
+def status_report(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """The fields `llmd status` shows, from a stats snapshot."""
+    daemon = snapshot.get("daemon", {})
+    queue = snapshot.get("queue", {})
+    kv = snapshot.get("kv", {})
+    return {
+        "running": True,
+        "state": daemon.get("state"),
+        "error": daemon.get("error"),
+        "address": daemon.get("address"),
+        "pid": daemon.get("pid"),
+        "model": daemon.get("model"),
+        "device": daemon.get("device"),
+        "dtype": daemon.get("dtype"),
+        "max_model_len": daemon.get("max_model_len"),
+        "version": daemon.get("version"),
+        "uptime_s": daemon.get("uptime_s"),
+        "queue": {
+            "in_flight": daemon.get("num_in_flight"),
+            "waiting": queue.get("waiting"),
+            "running": queue.get("running"),
+            "preempted": queue.get("preempted"),
+        },
+        "kv": {
+            "num_used": kv.get("num_used"),
+            "num_cached": kv.get("num_cached"),
+            "num_free": kv.get("num_free"),
+            "num_total": kv.get("num_total"),
+            "usage": kv.get("usage"),
+            "prefix_hit_rate": kv.get("prefix_hit_rate"),
+        },
+    }
+
+
+def format_status(report: dict[str, Any]) -> str:
+    """Human-readable lines of a status report (missing values print as '-')."""
+    queue, kv = report["queue"], report["kv"]
+
+    def show(value: Any) -> str:
+        return "-" if value is None else str(value)
+
+    state = show(report["state"]) + (f" ({report['error']})" if report["error"] else "")
+    kv_line = f"{show(kv['num_used'])}/{show(kv['num_total'])} blocks used"
+    if kv["usage"] is not None:
+        kv_line += f" ({kv['usage']:.0%})"
+    kv_line += f", {show(kv['num_cached'])} cached, {show(kv['num_free'])} free"
+    if kv["prefix_hit_rate"] is not None:
+        kv_line += f"; prefix hit rate {kv['prefix_hit_rate']:.0%}"
+    lines = [
+        f"state     {state}",
+        f"model     {show(report['model'])}  ({show(report['dtype'])} on "
+        f"{show(report['device'])}, max_model_len {show(report['max_model_len'])})",
+        f"address   {show(report['address'])}",
+        f"pid       {show(report['pid'])}  up {_duration(report['uptime_s'])}",
+        f"queue     {show(queue['in_flight'])} in flight: {show(queue['waiting'])} waiting, "
+        f"{show(queue['running'])} running, {show(queue['preempted'])} preempted",
+        f"kv cache  {kv_line}",
+    ]
+    return "\n".join(lines)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _wait_for_lock_release(address: str, timeout_s: float) -> None:
+    """Wait until the daemon has released its address lock (so a new one can start)."""
+    from llmd.daemon.instance_lock import InstanceLock
+    from llmd.protocol import parse_address
+
+    lock = InstanceLock(parse_address(address))
+    deadline = time.monotonic() + timeout_s
+    while lock.is_held() and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -1,0 +1,241 @@
+"""The engine thread: drains a command queue between steps and does nothing else but step.
+
+Adds, aborts and finishes arrive from other threads through a queue, so the scheduler
+is only ever touched here; step results go to the text thread, which turns them into
+messages, so the device never waits for tokenizers or sockets.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmd.daemon.engine_state import collect_engine_state
+from llmd.engine.request import FinishReason, Request
+from llmd.errors import LLMDError
+from llmd.outputs import TokenLogprob
+from llmd.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.5
+"""How long the idle engine thread blocks on its queue before checking for stop."""
+EMPTY_STEP_WAIT_S = 0.002
+"""Pause after a step that scheduled nothing although work exists (avoids a busy spin)."""
+NUM_RECENT_REQUESTS = 32
+
+
+@dataclass(frozen=True)
+class AddCommand:
+    """Queue a tokenized request in the engine."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    priority: int
+    arrival_time: float
+
+
+@dataclass(frozen=True)
+class AbortCommand:
+    """Abort a request wherever it is."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class FinishCommand:
+    """End a request from outside the step (a stop string matched)."""
+
+    request_id: str
+    reason: FinishReason
+    stop_reason: int | str | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotCommand:
+    """Collect the engine's part of a stats snapshot and pass it to `on_ready`."""
+
+    on_ready: Callable[[dict[str, Any]], None]
+    include_requests: bool = True
+    include_block_map: bool = True
+    timeline_request_id: str | None = None
+    max_requests: int = 64
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    """A request's new tokens from one step; `is_finished` is as of that step."""
+
+    request: Request
+    new_token_ids: list[int]
+    new_logprobs: list[TokenLogprob] | None
+    is_finished: bool
+
+
+@dataclass
+class EngineBatch:
+    """What one iteration of the engine loop produced, for the text thread."""
+
+    added: list[tuple[str, int]] = field(default_factory=list)
+    """(request id, prompt tokens) of requests the engine queued."""
+    rejected: list[tuple[str, LLMDError]] = field(default_factory=list)
+    ended: list[Request] = field(default_factory=list)
+    """Requests finished from outside the step (abort, stop string); no longer mutated."""
+    updates: list[UpdateRecord] = field(default_factory=list)
+    progress: list[tuple[str, int, int]] = field(default_factory=list)
+    """(request id, computed prompt tokens, prompt tokens) of prompts still prefilling."""
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.rejected or self.ended or self.updates or self.progress)
+
+
+class EngineLoop:
+    """Runs `engine.step()` in a thread fed by a command queue."""
+
+    def __init__(
+        self,
+        engine: Any,
+        metrics: Any,
+        on_batch: Callable[[EngineBatch], None],
+        on_death: Callable[[str], None],
+    ) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self._on_batch = on_batch
+        self._on_death = on_death
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._is_stopping = False
+        self._recent: deque[Request] = deque(maxlen=NUM_RECENT_REQUESTS)
+        self.dead_error: str | None = None
+        """Why the engine thread died, once it has."""
+        self._thread = threading.Thread(target=self._run, name="llmd-engine", daemon=True)
+
+    def start(self) -> None:
+        """Start stepping."""
+        self._thread.start()
+
+    def submit(self, command: Any) -> None:
+        """Queue a command; it runs before the next step."""
+        self._commands.put(command)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Finish the current step and end the thread."""
+        self._is_stopping = True
+        self._commands.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def is_alive(self) -> bool:
+        """True while the thread runs."""
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as error:  # anything escaping the loop kills the engine
+            logger.exception("engine thread died")
+            self.dead_error = f"{type(error).__name__}: {error}"
+            self._on_death(self.dead_error)
+
+    def _loop(self) -> None:
+        engine = self.engine
+        last_step_end: float | None = None  # set while work was left after the last step
+        while not self._is_stopping:
+            batch = EngineBatch()
+            has_work = engine.has_unfinished_requests()
+            self._drain(batch, wait_s=None if has_work else IDLE_WAIT_S)
+            if engine.has_unfinished_requests() and not self._is_stopping:
+                step_start = time.monotonic()
+                idle_gap = 0.0 if last_step_end is None else step_start - last_step_end
+                result = engine.step()
+                self._collect(result, batch, idle_gap)
+                last_step_end = time.monotonic() if engine.has_unfinished_requests() else None
+                if result.stats is None and not result.updates:
+                    self._drain(batch, wait_s=EMPTY_STEP_WAIT_S)
+            else:
+                last_step_end = None
+            if batch:
+                self._on_batch(batch)
+
+    def _drain(self, batch: EngineBatch, wait_s: float | None) -> None:
+        """Run queued commands; wait up to `wait_s` for the first one when given."""
+        try:
+            command = self._commands.get(timeout=wait_s) if wait_s else self._commands.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            if command is not None:
+                self._apply(command, batch)
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+
+    def _apply(self, command: Any, batch: EngineBatch) -> None:
+        engine = self.engine
+        if isinstance(command, AddCommand):
+            try:
+                request = engine.add_request(
+                    command.prompt_token_ids,
+                    command.params,
+                    command.request_id,
+                    command.priority,
+                    command.arrival_time,
+                )
+            except LLMDError as error:
+                batch.rejected.append((command.request_id, error))
+            except Exception as error:  # add_request changes nothing before it can fail
+                logger.exception("adding request %s failed", command.request_id)
+                batch.rejected.append((command.request_id, LLMDError(f"internal error: {error}")))
+            else:
+                batch.added.append((request.request_id, request.num_prompt_tokens))
+        elif isinstance(command, AbortCommand):
+            self._ended(engine.abort_request(command.request_id), batch)
+        elif isinstance(command, FinishCommand):
+            request = engine.finish_request(command.request_id, command.reason, command.stop_reason)
+            self._ended(request, batch)
+        elif isinstance(command, SnapshotCommand):
+            state = collect_engine_state(
+                engine,
+                self._recent,
+                command.include_requests,
+                command.include_block_map,
+                command.timeline_request_id,
+                command.max_requests,
+            )
+            command.on_ready(state)
+        else:
+            raise TypeError(f"unknown engine command {command!r}")
+
+    def _ended(self, request: Request | None, batch: EngineBatch) -> None:
+        if request is not None:
+            batch.ended.append(request)
+            self._recent.append(request)
+
+    def _collect(self, result: Any, batch: EngineBatch, idle_gap: float) -> None:
+        num_generated = 0
+        for update in result.updates:
+            is_finished = update.request.is_finished
+            batch.updates.append(
+                UpdateRecord(update.request, update.new_token_ids, update.new_logprobs, is_finished)
+            )
+            num_generated += len(update.new_token_ids)
+            if is_finished:
+                self._recent.append(update.request)
+        stats = result.stats
+        if stats is None:
+            return
+        self.metrics.record_step(stats, num_generated, idle_gap)
+        if stats.num_prefill_tokens:
+            for request in self.engine.scheduler.running:
+                computed, num_prompt = request.num_computed_tokens, request.num_prompt_tokens
+                if request.num_output_tokens == 0 and 0 < computed < num_prompt:
+                    batch.progress.append((request.request_id, computed, num_prompt))

@@ -1,0 +1,141 @@
+"""The engine's side of a stats snapshot: queues, KV use, request table, timeline, block map.
+
+It reads scheduler and block-manager state, which only the engine thread may touch, so it
+runs there between steps and returns plain data; the I/O thread merges in the metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from llmd.engine.request import Request
+from llmd.metrics.block_map import CACHED, FREE, SHARED, encode_block_map
+
+MAX_TIMELINE_POINTS = 256
+"""Most events and token times in a timeline (the newest are kept)."""
+
+
+def collect_engine_state(
+    engine: Any,
+    recent: Iterable[Request],
+    include_requests: bool,
+    include_block_map: bool,
+    timeline_request_id: str | None,
+    max_requests: int,
+) -> dict[str, Any]:
+    """Plain-data state of `engine` now; `recent` are recently finished requests, newest last."""
+    now = time.monotonic()
+    scheduler = engine.scheduler
+    usage = engine.block_manager.usage()
+    state: dict[str, Any] = {
+        "queue": {
+            "waiting": len(scheduler.waiting),
+            "running": len(scheduler.running),
+            "preempted": scheduler.num_preempted_waiting,
+            "preemptions_total": scheduler.num_preemptions,
+        },
+        "kv": {
+            "block_size": engine.block_manager.block_size,
+            "num_total": usage.num_total,
+            "num_used": usage.num_used,
+            "num_cached": usage.num_cached,
+            "num_free": usage.num_free,
+            "usage": usage.num_used / usage.num_total,
+            "prefix_query_tokens": usage.num_prefix_query_tokens,
+            "prefix_hit_tokens": usage.num_prefix_hit_tokens,
+            "prefix_hit_rate": (
+                usage.num_prefix_hit_tokens / usage.num_prefix_query_tokens
+                if usage.num_prefix_query_tokens
+                else None
+            ),
+        },
+    }
+    recent = list(recent)
+    if include_requests:
+        live = sorted(scheduler.requests.values(), key=lambda r: r.times.arrival)
+        state["requests"] = [request_row(r, now) for r in live[:max_requests]]
+        state["num_requests"] = len(live)
+        state["recent"] = [request_row(r, now) for r in reversed(recent[-max_requests:])]
+    if timeline_request_id is not None:
+        request = scheduler.requests.get(timeline_request_id)
+        if request is None:
+            request = next((r for r in recent if r.request_id == timeline_request_id), None)
+        state["timeline"] = None if request is None else request_timeline(request, now)
+    if include_block_map:
+        state["block_map"] = block_map(engine)
+    return state
+
+
+def request_row(request: Request, now: float) -> dict[str, Any]:
+    """One row of the request table."""
+    times = request.times
+    max_tokens = request.sampling_params.max_tokens
+    num_prompt = request.num_prompt_tokens
+    prefill_progress = min(1.0, request.num_computed_tokens / num_prompt) if num_prompt else 1.0
+    return {
+        "request_id": request.request_id,
+        "state": request.status.value,
+        "finish_reason": None if request.finish_reason is None else request.finish_reason.value,
+        "priority": request.priority,
+        "num_prompt_tokens": num_prompt,
+        "num_generated_tokens": request.num_output_tokens,
+        "max_tokens": max_tokens,
+        "num_computed_tokens": request.num_computed_tokens,
+        "num_cached_tokens": request.num_cached_tokens,
+        "num_blocks": len(request.block_ids),
+        "num_preemptions": request.num_preemptions,
+        "prefill_progress": prefill_progress,
+        "decode_progress": request.num_output_tokens / max_tokens,
+        "age_s": (times.finished or now) - times.arrival,
+        "ttft_s": None if times.first_token is None else times.first_token - times.arrival,
+    }
+
+
+def request_timeline(request: Request, now: float) -> dict[str, Any]:
+    """A request's lifecycle, in seconds since its arrival."""
+    times = request.times
+    arrival = times.arrival
+
+    def since(moment: float | None) -> float | None:
+        return None if moment is None else moment - arrival
+
+    return {
+        "request_id": request.request_id,
+        "state": request.status.value,
+        "age_s": (times.finished or now) - arrival,
+        "first_scheduled_s": since(times.first_scheduled),
+        "first_token_s": since(times.first_token),
+        "finished_s": since(times.finished),
+        "events": [
+            [moment - arrival, kind, num_tokens]
+            for moment, kind, num_tokens in request.events[-MAX_TIMELINE_POINTS:]
+        ],
+        "token_times_s": [moment - arrival for moment in times.token_times[-MAX_TIMELINE_POINTS:]],
+        "num_tokens_total": len(times.token_times),
+    }
+
+
+def block_map(engine: Any) -> dict[str, Any]:
+    """Each block's owner (an index into `owners`), or FREE, CACHED or SHARED; encoded."""
+    manager = engine.block_manager
+    codes = [FREE] * manager.num_blocks
+    for block in manager.blocks:
+        if block.ref_count == 0 and block.block_hash is not None:
+            codes[block.block_id] = CACHED
+        elif block.ref_count > 1:
+            codes[block.block_id] = SHARED
+    owners: list[str] = []
+    for request in engine.scheduler.running:
+        if not request.block_ids:
+            continue
+        index = len(owners)
+        owners.append(request.request_id)
+        for block_id in request.block_ids:
+            if codes[block_id] == FREE:
+                codes[block_id] = index
+    encoded = encode_block_map(codes)
+    encoded["owners"] = owners
+    encoded["codes"] = {"free": FREE, "cached": CACHED, "shared": SHARED}
+    return encoded

@@ -1,0 +1,97 @@
+"""Hands work from the engine and text threads to the I/O thread, which owns the socket.
+
+ZeroMQ sockets are not thread-safe, so other threads never touch the ROUTER: they put
+items on a queue and write one byte to a pipe whose read end the I/O thread polls
+together with the socket (a self-pipe; safe to call even from a signal handler).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send `payload` to `peer`; `release_key` marks the last message of an in-flight request."""
+
+    peer: bytes
+    payload: bytes
+    release_key: tuple[bytes, str] | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotReady:
+    """The engine thread's part of a stats snapshot, for `peer`'s request or subscription."""
+
+    peer: bytes
+    client_id: str
+    engine_state: dict[str, Any]
+    is_subscription: bool
+
+
+@dataclass(frozen=True)
+class EngineDied:
+    """The engine thread has stopped with an error."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Stop accepting requests and exit once in-flight ones end (or are aborted, if `now`)."""
+
+    now: bool = False
+    timeout_s: float | None = None
+    requester: tuple[bytes, str] | None = None
+    """Peer and message id of a shutdown request, to acknowledge when stopped."""
+
+
+class Outbox:
+    """A thread-safe queue whose arrivals wake a zmq.Poller through a pipe."""
+
+    def __init__(self) -> None:
+        self._items: queue.SimpleQueue = queue.SimpleQueue()
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        os.set_blocking(self._write_fd, False)
+        self._is_closed = False
+
+    def fileno(self) -> int:
+        """The descriptor to poll for readability."""
+        return self._read_fd
+
+    def post(self, item: Any) -> None:
+        """Queue `item` and wake the I/O thread (never blocks)."""
+        self._items.put(item)
+        if self._is_closed:
+            return  # the descriptor numbers may already belong to other files
+        # A full pipe means a wake-up is pending anyway; a closed one means we are exiting.
+        with contextlib.suppress(OSError):
+            os.write(self._write_fd, b"\0")
+
+    def drain(self) -> list[Any]:
+        """Everything posted so far, in order."""
+        try:
+            while os.read(self._read_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        items = []
+        while True:
+            try:
+                items.append(self._items.get_nowait())
+            except queue.Empty:
+                return items
+
+    def close(self) -> None:
+        """Close the pipe; later posts are queued but wake nobody."""
+        if self._is_closed:
+            return
+        self._is_closed = True
+        for fd in (self._read_fd, self._write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)

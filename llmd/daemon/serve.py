@@ -1,0 +1,123 @@
+"""`llmd serve` in the foreground: lock the address, load the engine, serve, clean up.
+
+The lock is taken before the (slow) model load so a second daemon fails at once, and it
+is released, with the socket and pid files, however the daemon ends short of kill -9.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from typing import Any
+
+from llmd.config import EngineConfig
+from llmd.daemon.instance_lock import InstanceLock
+from llmd.daemon.serve_options import ServeOptions
+from llmd.errors import InvalidParameterError
+from llmd.protocol.address import Address, default_address, parse_address
+
+logger = logging.getLogger("llmd.daemon")
+
+
+def resolve_address(text: str | None, allow_remote: bool) -> Address:
+    """Parse the address (default: the per-user ipc socket); refuse remote binds unless allowed."""
+    address = parse_address(text or default_address())
+    if not address.is_loopback and not allow_remote:
+        raise InvalidParameterError(
+            f"{address} is reachable from other machines and the protocol has no "
+            "authentication; bind to 127.0.0.1 or an ipc:// socket, or pass --allow-remote",
+            "address",
+        )
+    return address
+
+
+def check_can_listen(address: Address) -> None:
+    """Fail in a second, not after the model loads, when the address cannot be bound."""
+    if address.scheme == "ipc":
+        directory = os.path.dirname(address.path)
+        if not os.path.isdir(directory):
+            raise InvalidParameterError(f"directory {directory} does not exist", "address")
+        return
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    host = "" if address.host == "*" else address.host
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as zmq's listener does
+        try:
+            probe.bind((host, address.port))
+        except OSError as error:
+            raise InvalidParameterError(
+                f"cannot listen on {address}: {error.strerror}", "address"
+            ) from None
+
+
+def configure_logging(level: str) -> None:
+    """Timestamped log lines on stderr (a detached daemon's stderr is its log file)."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def run_serve(options: ServeOptions) -> None:
+    """Serve until SIGTERM/SIGINT or a shutdown request; with `detach`, start in the background."""
+    address = resolve_address(options.address, options.allow_remote)
+    engine_config = EngineConfig.from_kwargs(**options.engine_kwargs)  # bad flags fail here
+    if options.detach:
+        from llmd.daemon.detach import start_detached
+
+        pid, log_path = start_detached(options, address)
+        print(f"llmd daemon serving at {address} (pid {pid}); log: {log_path}", flush=True)
+        return
+    configure_logging(options.log_level)
+    lock = InstanceLock(address)
+    lock.acquire()
+    previous_handlers = _exit_on_signals()  # while loading, a signal just exits (cleanly)
+    try:
+        check_can_listen(address)
+        from llmd.daemon.server import Daemon
+        from llmd.llm_engine import LLMEngine
+
+        engine = LLMEngine(engine_config)
+        daemon = Daemon(engine, options, address)
+        daemon.bind()
+        _drain_on_signals(daemon)
+        print(f"llmd daemon serving at {address}", file=sys.stderr, flush=True)
+        daemon.serve_forever()
+    finally:
+        _restore(previous_handlers)
+        lock.release()
+
+
+def _exit_on_signals() -> dict[int, Any]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def exit_now(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    return {sig: signal.signal(sig, exit_now) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _drain_on_signals(daemon: Any) -> None:
+    """First SIGTERM/SIGINT drains gracefully; a second one aborts what is left."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    num_signals = 0
+
+    def drain(signum: int, frame: Any) -> None:
+        nonlocal num_signals
+        num_signals += 1
+        daemon.request_drain(now=num_signals > 1)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, drain)
+
+
+def _restore(handlers: dict[int, Any]) -> None:
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)

@@ -1,0 +1,85 @@
+"""The daemon's own settings (address, limits, SLOs), separate from the engine's config.
+
+`llmd serve` builds one from its flags; `--detach` hands it to the child process as JSON,
+so the child runs with exactly the settings the parent validated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmd.errors import InvalidParameterError, require
+from llmd.protocol.codec import DEFAULT_MAX_MESSAGE_BYTES
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Everything `llmd serve` takes besides the engine flags (which ride in engine_kwargs)."""
+
+    address: str | None = None
+    """ipc://PATH or tcp://HOST:PORT; None means llmd.protocol.default_address()."""
+    allow_remote: bool = False
+    """Allow a non-loopback tcp bind (the protocol has no authentication)."""
+    detach: bool = False
+    """Run in the background and return once the daemon answers health checks."""
+    log_file: str | None = None
+    """Where a detached daemon logs (default: the runtime directory)."""
+    max_queued_requests: int = 1024
+    """Most requests in flight (tokenizing, waiting or running); more get `overloaded`."""
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    """Largest message a client may send."""
+    slo_ttft_ms: float | None = None
+    """Time-to-first-token target for goodput (None: not enforced)."""
+    slo_tpot_ms: float | None = None
+    """Time-per-output-token target for goodput (None: not enforced)."""
+    drain_timeout_s: float = 30.0
+    """On SIGTERM or a graceful shutdown, how long in-flight requests may take to finish."""
+    metrics_window_s: float = 60.0
+    """Sliding window of the latency histograms and rates."""
+    ready_timeout_s: float = 600.0
+    """With --detach, how long the parent waits for the daemon to become healthy."""
+    log_level: str = "info"
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """EngineConfig keyword arguments."""
+
+    def __post_init__(self) -> None:
+        _positive("max_queued_requests", self.max_queued_requests, integer=True)
+        _positive("max_message_bytes", self.max_message_bytes, integer=True)
+        for name in ("slo_ttft_ms", "slo_tpot_ms"):
+            value = getattr(self, name)
+            if value is not None:
+                _positive(name, value)
+        _positive("drain_timeout_s", self.drain_timeout_s, allow_zero=True)
+        _positive("metrics_window_s", self.metrics_window_s)
+        _positive("ready_timeout_s", self.ready_timeout_s)
+        require(self.log_level in LOG_LEVELS, "log_level", f"must be one of {LOG_LEVELS}")
+
+    def to_json(self) -> str:
+        """JSON for the detached child's command line."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeOptions:
+        """Inverse of to_json; unknown keys raise a typed error naming them."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise InvalidParameterError("must be a JSON object", "options")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidParameterError("unknown serve option", unknown[0])
+        return cls(**data)
+
+
+def _positive(name: str, value: Any, integer: bool = False, allow_zero: bool = False) -> None:
+    kinds = int if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool)
+    ok = ok and (value >= 0 if allow_zero else value > 0)
+    require(
+        ok, name, f"must be a {'non-negative' if allow_zero else 'positive'} number, got {value!r}"
+    )

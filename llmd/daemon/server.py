@@ -1,0 +1,381 @@
+"""The daemon's I/O thread: the only owner of the ROUTER socket.
+
+It validates every incoming message, routes requests to the text and engine threads,
+sends what they post to the outbox, runs subscriptions and drains on shutdown; peers are
+told apart by their ROUTER identity and requests by (identity, client request id).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from typing import Any
+
+import zmq
+
+from llmd import __version__
+from llmd.daemon.engine_loop import EngineLoop
+from llmd.daemon.outbox import Drain, EngineDied, Outbox, Send, SnapshotReady
+from llmd.daemon.routes import RouteTable
+from llmd.daemon.serve_options import ServeOptions
+from llmd.daemon.stats_publisher import StatsPublisher
+from llmd.daemon.text_worker import AbortJob, NewRequest, TextWorker
+from llmd.errors import (
+    EngineDeadError,
+    InvalidParameterError,
+    LLMDError,
+    OverloadedError,
+    ShuttingDownError,
+)
+from llmd.metrics import ServingMetrics
+from llmd.metrics.roofline import DTYPE_BYTES
+from llmd.protocol import (
+    CLIENT_MESSAGE_TYPES,
+    PROTOCOL_VERSION,
+    AbortRequest,
+    Ack,
+    Address,
+    ErrorReply,
+    GenerateRequest,
+    HealthReply,
+    HealthRequest,
+    ProtocolError,
+    ShutdownRequest,
+    StatsRequest,
+    SubscribeRequest,
+    UnsubscribeRequest,
+    WireMessage,
+    encode,
+    message_id,
+    parse_message,
+    unpack,
+)
+
+logger = logging.getLogger(__name__)
+
+POLL_INTERVAL_MS = 100
+"""The loop wakes at least this often to check drain deadlines and subscriptions."""
+MAX_MESSAGES_PER_WAKE = 256
+FORCED_STOP_GRACE_S = 5.0
+"""After aborting everything, how long to wait for the aborts' replies before exiting."""
+SEND_HIGH_WATER_MARK = 100_000
+"""Messages queued per peer before a send fails and the peer is treated as gone."""
+HEARTBEAT_IVL_MS = 5_000
+HEARTBEAT_TIMEOUT_MS = 20_000
+LINGER_MS = 2_000
+
+
+class Daemon:
+    """Serves one engine on one address until drained."""
+
+    def __init__(self, engine: Any, options: ServeOptions, address: Address) -> None:
+        self.engine = engine
+        self.options = options
+        self.address = address
+        self.started_at = time.monotonic()
+        dtype_bytes = DTYPE_BYTES.get(engine.dtype, 4)
+        self.metrics = ServingMetrics(
+            window_s=options.metrics_window_s,
+            slo_ttft_s=None if options.slo_ttft_ms is None else options.slo_ttft_ms / 1000,
+            slo_tpot_s=None if options.slo_tpot_ms is None else options.slo_tpot_ms / 1000,
+            num_params=engine.shape.num_params,
+            weight_bytes=engine.shape.num_params * dtype_bytes,
+            kv_bytes_per_token=engine.shape.kv_bytes_per_token(dtype_bytes),
+        )
+        self.outbox = Outbox()
+        self.engine_loop = EngineLoop(
+            engine, self.metrics, self._on_engine_batch, lambda m: self.outbox.post(EngineDied(m))
+        )
+        self.text_worker = TextWorker(engine, self.engine_loop, self.outbox, self.metrics)
+        self.routes = RouteTable()
+        self.stats = StatsPublisher(
+            self.engine_loop,
+            self.outbox,
+            self.routes,
+            self.metrics,
+            self._daemon_facts,
+            self._send_message,
+        )
+        self.state = "ok"
+        self.dead_message: str | None = None
+        self._gone_peers: set[bytes] = set()
+        self._drain_deadline: float | None = None
+        self._aborted_at: float | None = None
+        self._shutdown_requesters: list[tuple[bytes, str]] = []
+        self._context = zmq.Context()
+        self._socket: zmq.Socket | None = None
+        self._is_stopped = False
+
+    def _on_engine_batch(self, batch: Any) -> None:
+        self.text_worker.submit(batch)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def bind(self) -> None:
+        """Create the ROUTER socket and bind it (an ipc socket file gets mode 0600)."""
+        socket = self._context.socket(zmq.ROUTER)
+        socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # zmq drops larger messages (and that peer's connection) before they reach us; up to
+        # this size a message is read and refused with a typed error.
+        socket.setsockopt(zmq.MAXMSGSIZE, 2 * self.options.max_message_bytes)
+        socket.setsockopt(zmq.SNDHWM, SEND_HIGH_WATER_MARK)
+        socket.setsockopt(zmq.LINGER, LINGER_MS)
+        socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        old_umask = os.umask(0o177)  # an ipc socket file is created 0600, never wider
+        try:
+            socket.bind(str(self.address))
+        except zmq.ZMQError as error:
+            socket.close(linger=0)
+            message = f"cannot listen on {self.address}: {error}"
+            raise InvalidParameterError(message, "address") from None
+        finally:
+            os.umask(old_umask)
+        if self.address.scheme == "ipc":
+            os.chmod(self.address.path, 0o600)
+        self._socket = socket
+
+    def request_drain(self, now: bool = False, timeout_s: float | None = None) -> None:
+        """Begin a graceful (or immediate) shutdown; safe from any thread or signal handler."""
+        self.outbox.post(Drain(now, timeout_s))
+
+    def serve_forever(self) -> None:
+        """Run the I/O loop until drained, then stop the threads and close the socket."""
+        if self._socket is None:
+            self.bind()
+        assert self._socket is not None  # bind() sets it
+        self.engine_loop.start()
+        self.text_worker.start()
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        poller.register(self.outbox.fileno(), zmq.POLLIN)
+        logger.info("serving %s on %s (pid %d)", self.engine.model_name, self.address, os.getpid())
+        try:
+            while not self._is_stopped:
+                events = dict(poller.poll(self.stats.poll_timeout_ms(POLL_INTERVAL_MS)))
+                if self._socket in events:
+                    self._receive_all()
+                for item in self.outbox.drain():
+                    self._on_outbox_item(item)
+                self._check_threads()
+                self.stats.run_due()
+                self._check_drain()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        for peer, client_id in self._shutdown_requesters:
+            self._send_message(peer, Ack(client_id, "stopped"))
+        self.text_worker.stop()
+        self.engine_loop.stop()
+        if self._socket is not None:
+            self._socket.close(linger=LINGER_MS)
+        self._context.term()
+        if self.address.scheme == "ipc":  # clients then fail fast instead of timing out
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.address.path)
+        self.outbox.close()
+        logger.info("daemon stopped")
+
+    # ---------------------------------------------------------------- incoming
+
+    def _receive_all(self) -> None:
+        assert self._socket is not None  # only called while serving
+        for _ in range(MAX_MESSAGES_PER_WAKE):
+            try:
+                frames = self._socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._on_frames(frames)
+
+    def _on_frames(self, frames: list[bytes]) -> None:
+        peer, body = frames[0], frames[1:]
+        self._gone_peers.discard(peer)
+        if len(body) == 2 and body[0] == b"":
+            body = body[1:]  # a REQ-style empty delimiter
+        if len(body) != 1:
+            self._reply_error(peer, None, ProtocolError("expected one frame per message"))
+            return
+        try:
+            data = unpack(body[0], self.options.max_message_bytes)
+        except ProtocolError as error:
+            self._reply_error(peer, None, error)
+            return
+        client_id = message_id(data)
+        try:
+            message = parse_message(data, CLIENT_MESSAGE_TYPES)
+            self._dispatch(peer, message)
+        except LLMDError as error:
+            self._reply_error(peer, client_id, error)
+        except Exception as error:  # a bug handling one message must not stop the daemon
+            logger.exception("failed to handle a %s message", data.get("type"))
+            self._reply_error(peer, client_id, LLMDError(f"internal error: {error}"))
+
+    def _dispatch(self, peer: bytes, message: WireMessage) -> None:
+        if isinstance(message, GenerateRequest):
+            self._on_generate(peer, message)
+        elif isinstance(message, AbortRequest):
+            engine_id = self.routes.engine_id(peer, message.id)
+            if engine_id is not None:
+                self.text_worker.submit(AbortJob(engine_id))
+        elif isinstance(message, StatsRequest):
+            self.stats.request(peer, message)
+        elif isinstance(message, SubscribeRequest):
+            self.stats.subscribe(peer, message)
+        elif isinstance(message, UnsubscribeRequest):
+            self.stats.unsubscribe(peer, message.id)
+            self._send_message(peer, Ack(message.id, "unsubscribed"))
+        elif isinstance(message, HealthRequest):
+            self._send_message(peer, self._health(message.id))
+        elif isinstance(message, ShutdownRequest):
+            self._send_message(peer, Ack(message.id, "draining"))
+            self._on_drain(Drain(message.now, message.timeout_s, (peer, message.id)))
+
+    def _on_generate(self, peer: bytes, message: GenerateRequest) -> None:
+        if self.state == "draining":
+            raise ShuttingDownError("the daemon is shutting down and accepts no new requests")
+        if self.state == "dead":
+            raise EngineDeadError(f"the engine has died ({self.dead_message})")
+        if self.routes.engine_id(peer, message.id) is not None:
+            raise InvalidParameterError(f"request {message.id!r} is already in flight", "id")
+        if len(self.routes) >= self.options.max_queued_requests:
+            raise OverloadedError(
+                f"{len(self.routes)} requests are in flight (the limit is "
+                f"{self.options.max_queued_requests}); retry later"
+            )
+        engine_id = self.routes.add(peer, message.id)
+        self.text_worker.submit(NewRequest(engine_id, peer, message, time.monotonic()))
+
+    # ---------------------------------------------------------------- outgoing
+
+    def _on_outbox_item(self, item: Any) -> None:
+        if isinstance(item, Send):
+            self._send(item.peer, item.payload)
+            if item.release_key is not None:
+                self._release(item.release_key)
+        elif isinstance(item, SnapshotReady):
+            self.stats.on_ready(item)
+        elif isinstance(item, EngineDied):
+            self._on_engine_death(item.message)
+        elif isinstance(item, Drain):
+            self._on_drain(item)
+
+    def _send_message(self, peer: bytes, message: WireMessage) -> None:
+        self._send(peer, encode(message))
+
+    def _reply_error(self, peer: bytes, client_id: str | None, error: LLMDError) -> None:
+        self._send_message(peer, ErrorReply(client_id, error.code, error.message, error.parameter))
+
+    def _send(self, peer: bytes, payload: bytes) -> None:
+        if peer in self._gone_peers or self._socket is None:
+            return
+        try:
+            self._socket.send_multipart([peer, payload], zmq.NOBLOCK)
+        except zmq.ZMQError as error:
+            if error.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                raise
+            self._on_peer_gone(peer)
+
+    def _on_peer_gone(self, peer: bytes) -> None:
+        """The peer disconnected (or stopped reading): abort its requests, drop its streams."""
+        routes = self.routes.of_peer(peer)
+        logger.info("peer %s is gone; aborting %d request(s)", peer.hex(), len(routes))
+        if routes:
+            self._gone_peers.add(peer)
+        for _, engine_id in routes:
+            self.text_worker.submit(AbortJob(engine_id))
+        self.stats.drop_peer(peer)
+
+    def _release(self, key: tuple[bytes, str]) -> None:
+        self.routes.release(key)
+        if key[0] in self._gone_peers and not self.routes.has_peer(key[0]):
+            self._gone_peers.discard(key[0])
+
+    # ---------------------------------------------------------------- stats
+
+    def _daemon_facts(self) -> dict[str, Any]:
+        """The "daemon" section of a stats snapshot."""
+        engine = self.engine
+        return {
+            "pid": os.getpid(),
+            "address": str(self.address),
+            "model": engine.model_name,
+            "device": engine.device,
+            "dtype": engine.dtype,
+            "max_model_len": engine.max_model_len,
+            "num_params": engine.shape.num_params,
+            "version": __version__,
+            "protocol_version": PROTOCOL_VERSION,
+            "state": self.state,
+            "error": self.dead_message,
+            "uptime_s": time.monotonic() - self.started_at,
+            "num_in_flight": len(self.routes),
+            "max_queued_requests": self.options.max_queued_requests,
+            "num_subscriptions": len(self.stats.subscriptions),
+        }
+
+    def _health(self, client_id: str) -> HealthReply:
+        return HealthReply(
+            id=client_id,
+            status=self.state,
+            is_healthy=self.state == "ok",
+            pid=os.getpid(),
+            model=self.engine.model_name,
+            address=str(self.address),
+            uptime_s=time.monotonic() - self.started_at,
+            num_in_flight=len(self.routes),
+            version=__version__,
+            protocol_version=PROTOCOL_VERSION,
+            message=self.dead_message,
+        )
+
+    # ---------------------------------------------------------------- failure and drain
+
+    def _check_threads(self) -> None:
+        if self.state != "dead" and not self.text_worker.is_alive:
+            self._on_engine_death("the text worker thread stopped")
+
+    def _on_engine_death(self, message: str) -> None:
+        """Fail every in-flight request with engine_dead; keep answering health and stats."""
+        if self.dead_message is None:
+            logger.error("engine is dead: %s", message)
+            self.dead_message = message
+        if self.state != "draining":
+            self.state = "dead"
+        self.stats.answer_pending()
+        error = EngineDeadError(f"the engine has died ({message})")
+        for key, _ in self.routes.items():
+            self._reply_error(key[0], key[1], error)
+            self._release(key)
+
+    def _on_drain(self, drain: Drain) -> None:
+        if drain.requester is not None:
+            self._shutdown_requesters.append(drain.requester)
+        timeout = self.options.drain_timeout_s if drain.timeout_s is None else drain.timeout_s
+        deadline = time.monotonic() + (0.0 if drain.now else timeout)
+        if self._drain_deadline is None or deadline < self._drain_deadline:
+            self._drain_deadline = deadline
+        if self.state != "draining":
+            logger.info("draining %d request(s) (limit %.1fs)", len(self.routes), timeout)
+            self.state = "draining"
+        self._check_drain()
+
+    def _check_drain(self) -> None:
+        if self._drain_deadline is None:
+            return
+        now = time.monotonic()
+        if not self.routes:
+            self._is_stopped = True
+        elif self._aborted_at is None and now >= self._drain_deadline:
+            logger.info("drain limit reached; aborting %d request(s)", len(self.routes))
+            self._aborted_at = now
+            for _, engine_id in self.routes.items():
+                self.text_worker.submit(AbortJob(engine_id))
+        elif self._aborted_at is not None and now > self._aborted_at + FORCED_STOP_GRACE_S:
+            error = ShuttingDownError("the daemon stopped before this request finished")
+            for key, _ in self.routes.items():
+                self._reply_error(key[0], key[1], error)
+                self._release(key)
+            self._is_stopped = True

@@ -1,0 +1,270 @@
+"""The text thread: tokenizes new requests and turns engine steps into protocol messages.
+
+Tokenizing, chat templates, incremental detokenization and stop-string matching are
+CPU work the engine thread must never wait for; this thread owns every live request's
+text state, so none of it needs a lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from llmd.daemon.engine_loop import (
+    AbortCommand,
+    AddCommand,
+    EngineBatch,
+    EngineLoop,
+    FinishCommand,
+    UpdateRecord,
+)
+from llmd.daemon.live_request import LiveRequest
+from llmd.daemon.outbox import Outbox, Send
+from llmd.engine.detokenizer import IncrementalDetokenizer
+from llmd.engine.request import FinishReason, Request
+from llmd.errors import EngineDeadError, LLMDError
+from llmd.outputs import RequestMetrics
+from llmd.protocol import (
+    Accepted,
+    ErrorReply,
+    Finished,
+    GenerateRequest,
+    PrefillProgress,
+    RequestFailedError,
+    TokenDelta,
+    WireMessage,
+    encode,
+)
+
+logger = logging.getLogger(__name__)
+
+NUM_PROGRESS_STEPS = 4
+"""Prefill progress is reported at most at each quarter of a long prompt."""
+
+
+@dataclass(frozen=True)
+class NewRequest:
+    """A generate message the I/O thread accepted and assigned `engine_id`."""
+
+    engine_id: str
+    peer: bytes
+    message: GenerateRequest
+    arrival_time: float
+
+
+@dataclass(frozen=True)
+class AbortJob:
+    """Abort a request (client asked, client vanished, or the daemon is stopping)."""
+
+    engine_id: str
+
+
+class TextWorker:
+    """Owns the text side of every live request, in one thread."""
+
+    def __init__(self, engine: Any, engine_loop: EngineLoop, outbox: Outbox, metrics: Any):
+        self.tokenizer = engine.tokenizer
+        self.engine_loop = engine_loop
+        self.outbox = outbox
+        self.metrics = metrics
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._live: dict[str, LiveRequest] = {}
+        self._thread = threading.Thread(target=self._run, name="llmd-text", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def submit(self, job: Any) -> None:
+        """Queue a NewRequest, AbortJob or EngineBatch (thread-safe)."""
+        self._jobs.put(job)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the thread after the jobs already queued."""
+        self._jobs.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def is_alive(self) -> bool:
+        """True while the thread runs."""
+        return self._thread.is_alive()
+
+    # ---------------------------------------------------------------- loop
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                if isinstance(job, EngineBatch):
+                    self._on_batch(job)
+                elif isinstance(job, NewRequest):
+                    self._on_new(job)
+                elif isinstance(job, AbortJob):
+                    self._on_abort(job.engine_id)
+            except Exception:  # never let one bad job end the thread
+                logger.exception("text worker failed on %r", type(job).__name__)
+
+    def _on_new(self, job: NewRequest) -> None:
+        message = job.message
+        try:
+            if self.engine_loop.dead_error is not None:
+                raise EngineDeadError(f"the engine has died ({self.engine_loop.dead_error})")
+            params = message.params()
+            if message.prompt is not None:
+                prompt_token_ids = self.tokenizer.encode(message.prompt)
+            elif message.messages is not None:
+                prompt_token_ids = self.tokenizer.apply_chat_template(message.messages)
+            else:
+                prompt_token_ids = list(message.prompt_token_ids or [])
+            detokenizer = IncrementalDetokenizer(
+                self.tokenizer, prompt_token_ids, params.skip_special_tokens, params.stop
+            )
+        except Exception as error:
+            self._send_error(job.peer, message.id, error)
+            return
+        self._live[job.engine_id] = LiveRequest(
+            job.engine_id, job.peer, message.id, message.stream, params, detokenizer
+        )
+        self.engine_loop.submit(
+            AddCommand(job.engine_id, prompt_token_ids, params, message.priority, job.arrival_time)
+        )
+
+    def _on_abort(self, engine_id: str) -> None:
+        live = self._live.get(engine_id)
+        if live is not None and not live.is_ending:
+            live.is_ending = True
+            self.engine_loop.submit(AbortCommand(engine_id))
+
+    def _on_batch(self, batch: EngineBatch) -> None:
+        for engine_id, num_prompt_tokens in batch.added:
+            live = self._live.get(engine_id)
+            if live is not None:
+                live.num_prompt_tokens = num_prompt_tokens
+                self._send(live, Accepted(live.client_id, engine_id, num_prompt_tokens))
+        for engine_id, error in batch.rejected:
+            live = self._live.pop(engine_id, None)
+            if live is not None:
+                self._send_error(live.peer, live.client_id, error)
+        for update in batch.updates:
+            self._guarded(update.request.request_id, self._on_update, update)
+        for engine_id, num_computed, num_prompt in batch.progress:
+            live = self._live.get(engine_id)
+            if live is not None and live.should_report_progress(num_computed, NUM_PROGRESS_STEPS):
+                self._send(live, PrefillProgress(live.client_id, num_computed, num_prompt))
+        for request in batch.ended:
+            self._guarded(request.request_id, self._on_ended, request)
+
+    def _guarded(self, engine_id: str, handler: Any, argument: Any) -> None:
+        """Run a per-request handler; a failure ends that request only."""
+        try:
+            handler(argument)
+        except Exception as error:
+            logger.exception("request %s failed in the text worker", engine_id)
+            live = self._live.pop(engine_id, None)
+            if live is not None:
+                self.engine_loop.submit(AbortCommand(engine_id))
+                self._send_error(live.peer, live.client_id, error)
+
+    # ---------------------------------------------------------------- requests
+
+    def _on_update(self, update: UpdateRecord) -> None:
+        live = self._live.get(update.request.request_id)
+        if live is None:
+            return
+        if live.is_ending:  # a stop string matched or an abort is on its way
+            if update.is_finished:
+                self._finish(live, update.request)
+            return
+        live.output_token_ids.extend(update.new_token_ids)
+        delta = live.detokenizer.update(update.new_token_ids)
+        text = delta.text
+        new_logprobs = [_logprob_dict(lp) for lp in update.new_logprobs or ()]
+        if live.logprobs is not None:
+            live.logprobs.extend(new_logprobs)
+        if delta.stop_string is not None:
+            live.stop_string = delta.stop_string
+            if not update.is_finished:
+                live.is_ending = True
+                self.engine_loop.submit(
+                    FinishCommand(live.engine_id, FinishReason.STOP, delta.stop_string)
+                )
+        elif update.is_finished:
+            text += live.detokenizer.flush()
+        if live.stream and (text or update.new_token_ids):
+            logprobs = new_logprobs if live.logprobs is not None else None
+            self._send(live, TokenDelta(live.client_id, text, update.new_token_ids, logprobs))
+        if update.is_finished:
+            self._finish(live, update.request)
+
+    def _on_ended(self, request: Request) -> None:
+        live = self._live.get(request.request_id)
+        if live is not None:
+            self._finish(live, request)
+
+    def _finish(self, live: LiveRequest, request: Request) -> None:
+        """Send the request's last message; `request` is finished and no longer changes."""
+        del self._live[live.engine_id]
+        reason = request.finish_reason.value if request.finish_reason else "abort"
+        stop_reason = request.stop_reason
+        if live.stop_string is not None:
+            reason, stop_reason = FinishReason.STOP.value, live.stop_string
+        metrics = RequestMetrics.from_request(request)
+        self.metrics.record_request(metrics, reason)
+        if reason == FinishReason.ERROR.value:
+            error = RequestFailedError(request.error_message or "the engine failed this request")
+            self._send_error(live.peer, live.client_id, error)
+            return
+        finished = Finished(
+            id=live.client_id,
+            finish_reason=reason,
+            stop_reason=stop_reason,
+            token_ids=live.output_token_ids,
+            usage={
+                "prompt_tokens": request.num_prompt_tokens,
+                "completion_tokens": len(live.output_token_ids),
+                "cached_tokens": request.num_cached_tokens,
+            },
+            timings={
+                "queue": metrics.queue_time,
+                "prefill": metrics.prefill_time,
+                "ttft": metrics.ttft,
+                "decode": metrics.decode_time,
+                "tpot": metrics.tpot,
+                "e2e": metrics.e2e,
+            },
+            text=None if live.stream else live.detokenizer.output_text,
+            logprobs=None if live.stream else live.logprobs,
+            num_preemptions=request.num_preemptions,
+        )
+        self._send(live, finished, is_last=True)
+
+    # ---------------------------------------------------------------- output
+
+    def _send(self, live: LiveRequest, message: WireMessage, is_last: bool = False) -> None:
+        release = (live.peer, live.client_id) if is_last else None
+        self.outbox.post(Send(live.peer, encode(message), release))
+
+    def _send_error(self, peer: bytes, client_id: str, error: Exception) -> None:
+        """The request's last message: a typed error."""
+        if isinstance(error, LLMDError):
+            reply = ErrorReply(client_id, error.code, error.message, error.parameter)
+        else:
+            logger.error("request %s failed: %r", client_id, error)
+            reply = ErrorReply(client_id, "internal", f"{type(error).__name__}: {error}")
+        self.outbox.post(Send(peer, encode(reply), (peer, client_id)))
+
+
+def _logprob_dict(logprob: Any) -> dict[str, Any]:
+    return {
+        "token_id": logprob.token_id,
+        "logprob": logprob.logprob,
+        "rank": logprob.rank,
+        "top_token_ids": list(logprob.top_token_ids),
+        "top_logprobs": list(logprob.top_logprobs),
+    }

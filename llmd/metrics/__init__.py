@@ -1,0 +1,26 @@
+"""Serving metrics kept by the daemon: sliding-window histograms, rates, goodput, block maps.
+
+Pure standard library, so the daemon records them without torch and the clients and
+terminal apps can reuse the helpers (percentiles, block-map decoding) to read snapshots.
+"""
+
+from __future__ import annotations
+
+from llmd.metrics.block_map import CACHED, FREE, SHARED, decode_block_map, encode_block_map
+from llmd.metrics.goodput import GoodputTracker
+from llmd.metrics.histogram import SlidingHistogram, percentile
+from llmd.metrics.rate import RateMeter
+from llmd.metrics.serving_metrics import ServingMetrics
+
+__all__ = [
+    "CACHED",
+    "FREE",
+    "SHARED",
+    "GoodputTracker",
+    "RateMeter",
+    "ServingMetrics",
+    "SlidingHistogram",
+    "decode_block_map",
+    "encode_block_map",
+    "percentile",
+]

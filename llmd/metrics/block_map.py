@@ -1,0 +1,65 @@
+"""A compact picture of the KV pool: who owns each block, run-length encoded and capped.
+
+A GPU pool holds up to hundreds of thousands of blocks; the map is downsampled to at
+most `max_cells` cells and run-length encoded so a snapshot stays a few kilobytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+FREE = -1
+"""Holds nothing reusable."""
+CACHED = -2
+"""Unreferenced, but holds a reusable prefix."""
+SHARED = -3
+"""Referenced by several requests (a shared prefix)."""
+DEFAULT_MAX_CELLS = 1024
+
+
+def _cell_code(codes: Sequence[int]) -> int:
+    """One cell's code: an owner or shared beats cached, which beats free."""
+    best = FREE
+    for code in codes:
+        if code >= 0 or code == SHARED:
+            return code
+        if code == CACHED:
+            best = CACHED
+    return best
+
+
+def encode_block_map(owner_codes: Sequence[int], max_cells: int = DEFAULT_MAX_CELLS) -> dict:
+    """Encode per-block codes (an owner index >= 0, FREE, CACHED or SHARED).
+
+    Returns {num_blocks, blocks_per_cell, num_cells, runs}, where runs is a flat list
+    [code, count, code, count, ...] over the cells.
+    """
+    if max_cells <= 0:
+        raise ValueError("max_cells must be positive")
+    num_blocks = len(owner_codes)
+    blocks_per_cell = max(1, -(-num_blocks // max_cells))
+    runs: list[int] = []
+    num_cells = 0
+    for start in range(0, num_blocks, blocks_per_cell):
+        code = _cell_code(owner_codes[start : start + blocks_per_cell])
+        num_cells += 1
+        if runs and runs[-2] == code:
+            runs[-1] += 1
+        else:
+            runs += [code, 1]
+    return {
+        "num_blocks": num_blocks,
+        "blocks_per_cell": blocks_per_cell,
+        "num_cells": num_cells,
+        "runs": runs,
+    }
+
+
+def decode_block_map(encoded: dict[str, Any]) -> list[int]:
+    """The per-cell codes of an encoded map."""
+    runs = encoded["runs"]
+    cells: list[int] = []
+    for index in range(0, len(runs), 2):
+        cells.extend([runs[index]] * runs[index + 1])
+    return cells

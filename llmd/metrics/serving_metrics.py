@@ -1,0 +1,151 @@
+"""Everything the daemon measures, in one thread-safe object read by stats snapshots.
+
+The engine thread records steps, the text thread records finished requests and the I/O
+thread reads summaries; one lock keeps them consistent without slowing any of them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from llmd.metrics.goodput import GoodputTracker
+from llmd.metrics.histogram import SlidingHistogram
+from llmd.metrics.rate import RateMeter
+from llmd.metrics.roofline import decode_step_bytes, prefill_flops
+
+LATENCY_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
+STEP_PHASES = ("schedule", "prepare", "forward", "sample", "idle_gap")
+COMPLETED_REASONS = ("stop", "length")
+
+
+class ServingMetrics:
+    """Latency histograms, throughput, step-time split, goodput and hardware estimates."""
+
+    def __init__(
+        self,
+        window_s: float = 60.0,
+        slo_ttft_s: float | None = None,
+        slo_tpot_s: float | None = None,
+        num_params: int = 0,
+        weight_bytes: int = 0,
+        kv_bytes_per_token: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.window_s = window_s
+        self.num_params = num_params
+        self.weight_bytes = weight_bytes
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latency = {name: SlidingHistogram(window_s, clock=clock) for name in LATENCY_NAMES}
+        self._step_time = SlidingHistogram(window_s, clock=clock)
+        self.goodput = GoodputTracker(slo_ttft_s, slo_tpot_s, window_s, clock)
+
+        def meter() -> RateMeter:
+            return RateMeter(window_s, clock=clock)
+
+        self._steps = meter()
+        self._prompt_tokens = meter()
+        self._generation_tokens = meter()
+        self._finished_requests = meter()
+        self._phase_seconds = {phase: meter() for phase in STEP_PHASES}
+        self._decode_bytes = meter()
+        self._decode_seconds = meter()
+        self._prefill_flops = meter()
+        self._prefill_seconds = meter()
+        self.num_preemptions = 0
+        self.finish_counts: dict[str, int] = {}
+
+    def record_step(self, stats: Any, num_generated_tokens: int, idle_gap_s: float) -> None:
+        """Record one engine step (a StepStats), the tokens it sampled, and the gap before it."""
+        now = self._clock()
+        with self._lock:
+            self._steps.add(1, now)
+            self._step_time.add(stats.total_s, now)
+            self._prompt_tokens.add(stats.num_prefill_tokens, now)
+            self._generation_tokens.add(num_generated_tokens, now)
+            durations = (stats.schedule_s, stats.prepare_s, stats.forward_s, stats.sample_s)
+            for phase, seconds in zip(STEP_PHASES, (*durations, idle_gap_s)):
+                self._phase_seconds[phase].add(seconds, now)
+            self.num_preemptions += stats.num_preempted
+            if stats.num_prefill_tokens == 0 and stats.num_decode_tokens > 0:
+                step_bytes = decode_step_bytes(
+                    self.weight_bytes, stats.kv_context_tokens, self.kv_bytes_per_token
+                )
+                self._decode_bytes.add(step_bytes, now)
+                self._decode_seconds.add(stats.forward_s, now)
+            elif stats.num_prefill_tokens > 0:
+                flops = prefill_flops(self.num_params, stats.num_prefill_tokens)
+                self._prefill_flops.add(flops, now)
+                self._prefill_seconds.add(stats.forward_s, now)
+
+    def record_request(self, metrics: Any, finish_reason: str) -> None:
+        """Record a finished request's RequestMetrics (latencies count only if it completed)."""
+        now = self._clock()
+        with self._lock:
+            self.finish_counts[finish_reason] = self.finish_counts.get(finish_reason, 0) + 1
+            self._finished_requests.add(1, now)
+            if finish_reason not in COMPLETED_REASONS:
+                return
+            values = {
+                "ttft": metrics.ttft,
+                "tpot": metrics.tpot,
+                "e2e": metrics.e2e,
+                "queue": metrics.queue_time,
+            }
+            for name, value in values.items():
+                if value is not None:
+                    self._latency[name].add(value, now)
+            for gap in metrics.itl:
+                self._latency["itl"].add(gap, now)
+            self.goodput.record(metrics.ttft, metrics.tpot, now)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Plain-dict summary: latency, goodput, throughput, step, hardware, totals."""
+        now = self._clock()
+        with self._lock:
+            num_steps = self._steps.total(now)
+            return {
+                "window_s": self.window_s,
+                "latency": {name: h.summary(now) for name, h in self._latency.items()},
+                "goodput": self.goodput.summary(now),
+                "throughput": {
+                    "prompt_tokens_per_s": self._prompt_tokens.rate(now),
+                    "generation_tokens_per_s": self._generation_tokens.rate(now),
+                    "requests_per_s": self._finished_requests.rate(now),
+                    "steps_per_s": self._steps.rate(now),
+                    "prompt_tokens_per_step": _ratio(self._prompt_tokens.total(now), num_steps),
+                    "generation_tokens_per_step": _ratio(
+                        self._generation_tokens.total(now), num_steps
+                    ),
+                },
+                "step": {
+                    "time": self._step_time.summary(now),
+                    **{
+                        f"{phase}_ms": _ratio(meter.total(now) * 1000, num_steps)
+                        for phase, meter in self._phase_seconds.items()
+                    },
+                },
+                "hardware": {
+                    "decode_gb_per_s": _ratio(
+                        self._decode_bytes.total(now) / 1e9, self._decode_seconds.total(now)
+                    ),
+                    "prefill_tflop_per_s": _ratio(
+                        self._prefill_flops.total(now) / 1e12, self._prefill_seconds.total(now)
+                    ),
+                },
+                "totals": {
+                    "steps": int(self._steps.lifetime_total),
+                    "prompt_tokens": int(self._prompt_tokens.lifetime_total),
+                    "generation_tokens": int(self._generation_tokens.lifetime_total),
+                    "preemptions": self.num_preemptions,
+                    "finished": dict(self.finish_counts),
+                },
+            }
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None

@@ -1,0 +1,110 @@
+"""The daemon's wire protocol: typed msgpack messages shared by the daemon and its clients.
+
+Pure standard library plus msgpack, so the client and the terminal apps import it without
+torch; docs/protocol.md describes every message field by field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmd.protocol.address import Address, default_address, parse_address, runtime_dir
+from llmd.protocol.client_messages import (
+    CLIENT_MESSAGE_TYPES,
+    AbortRequest,
+    ClientMessage,
+    GenerateRequest,
+    HealthRequest,
+    ShutdownRequest,
+    StatsRequest,
+    SubscribeRequest,
+    UnsubscribeRequest,
+)
+from llmd.protocol.codec import DEFAULT_MAX_MESSAGE_BYTES, pack, unpack
+from llmd.protocol.daemon_messages import (
+    DAEMON_MESSAGE_TYPES,
+    Accepted,
+    Ack,
+    DaemonMessage,
+    ErrorReply,
+    Finished,
+    HealthReply,
+    PrefillProgress,
+    StatsReply,
+    TokenDelta,
+)
+from llmd.protocol.errors import ProtocolError, RequestFailedError, error_from_code
+from llmd.protocol.schema import PROTOCOL_VERSION, WireMessage, check_envelope
+
+__all__ = [
+    "CLIENT_MESSAGE_TYPES",
+    "DAEMON_MESSAGE_TYPES",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "PROTOCOL_VERSION",
+    "AbortRequest",
+    "Accepted",
+    "Ack",
+    "Address",
+    "ClientMessage",
+    "DaemonMessage",
+    "ErrorReply",
+    "Finished",
+    "GenerateRequest",
+    "HealthReply",
+    "HealthRequest",
+    "PrefillProgress",
+    "ProtocolError",
+    "RequestFailedError",
+    "ShutdownRequest",
+    "StatsReply",
+    "StatsRequest",
+    "SubscribeRequest",
+    "TokenDelta",
+    "UnsubscribeRequest",
+    "WireMessage",
+    "decode_client_message",
+    "decode_daemon_message",
+    "default_address",
+    "encode",
+    "error_from_code",
+    "message_id",
+    "parse_address",
+    "parse_message",
+    "runtime_dir",
+]
+
+
+def encode(message: WireMessage) -> bytes:
+    """msgpack bytes of a message."""
+    return pack(message.to_wire())
+
+
+def parse_message(data: dict[str, Any], types: dict[str, type[WireMessage]]) -> Any:
+    """Turn a decoded map into the message class its "type" names (typed errors otherwise)."""
+    message_type = check_envelope(data)
+    message_class = types.get(message_type)
+    if message_class is None:
+        raise ProtocolError(f"unknown message type {message_type!r}", "type")
+    return message_class.from_wire(data)
+
+
+def decode_client_message(
+    payload: bytes, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+) -> ClientMessage:
+    """Decode and validate a message sent to the daemon."""
+    return parse_message(unpack(payload, max_bytes), CLIENT_MESSAGE_TYPES)
+
+
+def decode_daemon_message(
+    payload: bytes, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+) -> DaemonMessage:
+    """Decode and validate a message sent by the daemon."""
+    return parse_message(unpack(payload, max_bytes), DAEMON_MESSAGE_TYPES)
+
+
+def message_id(data: dict[str, Any]) -> str | None:
+    """The "id" of a decoded map when it is a usable string (to address an error reply)."""
+    value = data.get("id")
+    if isinstance(value, str) and 0 < len(value) <= 128:
+        return value
+    return None

@@ -1,0 +1,196 @@
+"""Messages a client sends to the daemon: generate, abort, stats, subscribe, health, shutdown.
+
+Each is validated on construction, so a bad request fails in the client before it is sent
+and, identically, in the daemon when it arrives from a client that skipped the checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmd.errors import InvalidParameterError, require
+from llmd.protocol.schema import WireMessage
+from llmd.sampling_params import SamplingParams
+
+MAX_ID_CHARS = 128
+MAX_PRIORITY = 2**31
+MIN_SUBSCRIBE_INTERVAL_MS = 50
+MAX_SUBSCRIBE_INTERVAL_MS = 60_000
+MAX_TABLE_ROWS = 1024
+
+
+def check_message_id(value: str, name: str = "id") -> None:
+    """Client request ids are non-empty strings of at most MAX_ID_CHARS characters."""
+    require(0 < len(value) <= MAX_ID_CHARS, name, f"must have 1 to {MAX_ID_CHARS} characters")
+
+
+@dataclass(frozen=True)
+class GenerateRequest(WireMessage):
+    """Generate text for exactly one of `prompt`, `prompt_token_ids` or `messages`."""
+
+    TYPE = "generate"
+    id: str
+    prompt: str | None = None
+    prompt_token_ids: list[int] | None = None
+    messages: list[dict[str, str]] | None = None
+    sampling_params: dict[str, Any] = field(default_factory=dict)
+    stream: bool = True
+    priority: int = 0
+
+    def validate(self) -> None:
+        check_message_id(self.id)
+        num_inputs = sum(
+            value is not None for value in (self.prompt, self.prompt_token_ids, self.messages)
+        )
+        if num_inputs != 1:
+            raise InvalidParameterError(
+                "give exactly one of prompt, prompt_token_ids or messages", "prompt"
+            )
+        require(
+            -MAX_PRIORITY <= self.priority < MAX_PRIORITY,
+            "priority",
+            f"must be in [-2**31, 2**31), got {self.priority}",
+        )
+        self.params()  # raises a typed error naming the bad sampling parameter
+
+    def params(self) -> SamplingParams:
+        """The validated sampling parameters."""
+        stop = self.sampling_params.get("stop", ())
+        require(isinstance(stop, (str, list, tuple)), "stop", "must be a string or a list")
+        stop_token_ids = self.sampling_params.get("stop_token_ids", ())
+        require(isinstance(stop_token_ids, (list, tuple)), "stop_token_ids", "must be a list")
+        return SamplingParams.from_dict(self.sampling_params)
+
+
+@dataclass(frozen=True)
+class AbortRequest(WireMessage):
+    """Stop the generation this client started with request `id`; its KV is freed at once."""
+
+    TYPE = "abort"
+    id: str
+
+    def validate(self) -> None:
+        check_message_id(self.id)
+
+
+@dataclass(frozen=True)
+class StatsRequest(WireMessage):
+    """Ask for one metrics snapshot."""
+
+    TYPE = "stats"
+    id: str
+    include_requests: bool = True
+    """Include the per-request table (live and recently finished requests)."""
+    include_block_map: bool = True
+    """Include the KV block map (owner of each block, run-length encoded)."""
+    timeline_request_id: str | None = None
+    """Engine request id whose event timeline to include."""
+    max_requests: int = 64
+    """Most rows in the request table."""
+
+    def validate(self) -> None:
+        check_message_id(self.id)
+        require(
+            0 <= self.max_requests <= MAX_TABLE_ROWS,
+            "max_requests",
+            f"must be in [0, {MAX_TABLE_ROWS}]",
+        )
+
+
+@dataclass(frozen=True)
+class SubscribeRequest(WireMessage):
+    """Receive a stats snapshot every `interval_ms` until unsubscribe or disconnect."""
+
+    TYPE = "subscribe"
+    id: str
+    interval_ms: int = 1000
+    include_requests: bool = True
+    include_block_map: bool = True
+    timeline_request_id: str | None = None
+    max_requests: int = 64
+
+    def validate(self) -> None:
+        check_message_id(self.id)
+        require(
+            MIN_SUBSCRIBE_INTERVAL_MS <= self.interval_ms <= MAX_SUBSCRIBE_INTERVAL_MS,
+            "interval_ms",
+            f"must be in [{MIN_SUBSCRIBE_INTERVAL_MS}, {MAX_SUBSCRIBE_INTERVAL_MS}]",
+        )
+        require(
+            0 <= self.max_requests <= MAX_TABLE_ROWS,
+            "max_requests",
+            f"must be in [0, {MAX_TABLE_ROWS}]",
+        )
+
+    def stats_request(self) -> StatsRequest:
+        """The one-shot request each tick of this subscription answers."""
+        return StatsRequest(
+            self.id,
+            self.include_requests,
+            self.include_block_map,
+            self.timeline_request_id,
+            self.max_requests,
+        )
+
+
+@dataclass(frozen=True)
+class UnsubscribeRequest(WireMessage):
+    """End the subscription started with `id`."""
+
+    TYPE = "unsubscribe"
+    id: str
+
+    def validate(self) -> None:
+        check_message_id(self.id)
+
+
+@dataclass(frozen=True)
+class HealthRequest(WireMessage):
+    """Is the daemon alive and its engine healthy?"""
+
+    TYPE = "health"
+    id: str
+
+    def validate(self) -> None:
+        check_message_id(self.id)
+
+
+@dataclass(frozen=True)
+class ShutdownRequest(WireMessage):
+    """Stop the daemon: drain in-flight requests (up to `timeout_s`), or abort them (`now`)."""
+
+    TYPE = "shutdown"
+    id: str
+    now: bool = False
+    timeout_s: float | None = None
+    """Drain time limit; afterwards remaining requests are aborted. None: the daemon's."""
+
+    def validate(self) -> None:
+        check_message_id(self.id)
+        if self.timeout_s is not None:
+            require(self.timeout_s >= 0, "timeout_s", "must be >= 0")
+
+
+ClientMessage = (
+    GenerateRequest
+    | AbortRequest
+    | StatsRequest
+    | SubscribeRequest
+    | UnsubscribeRequest
+    | HealthRequest
+    | ShutdownRequest
+)
+
+CLIENT_MESSAGE_TYPES: dict[str, type[WireMessage]] = {
+    cls.TYPE: cls
+    for cls in (
+        GenerateRequest,
+        AbortRequest,
+        StatsRequest,
+        SubscribeRequest,
+        UnsubscribeRequest,
+        HealthRequest,
+        ShutdownRequest,
+    )
+}

@@ -1,0 +1,140 @@
+"""Messages the daemon sends: accepted, prefill_progress, token, finished, error, stats, ...
+
+Every reply carries the client's `id`, so one connection can run many requests and
+subscriptions at once; a client reads them as a stream of typed events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmd.protocol.schema import WireMessage
+
+FINISH_REASONS = ("stop", "length", "abort", "error")
+HEALTH_STATES = ("ok", "draining", "dead")
+
+
+@dataclass(frozen=True)
+class Accepted(WireMessage):
+    """The engine queued the request: `request_id` is its id in the engine and in stats."""
+
+    TYPE = "accepted"
+    id: str
+    request_id: str
+    num_prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class PrefillProgress(WireMessage):
+    """A long prompt is being computed in chunks: `num_computed_tokens` of the prompt's."""
+
+    TYPE = "prefill_progress"
+    id: str
+    num_computed_tokens: int
+    num_prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class TokenDelta(WireMessage):
+    """New output of a streaming request: text that became safe to show and the token ids."""
+
+    TYPE = "token"
+    id: str
+    text: str
+    token_ids: list[int]
+    logprobs: list[dict[str, Any]] | None = None
+    """Per token: {token_id, logprob, rank, top_token_ids, top_logprobs}."""
+
+
+@dataclass(frozen=True)
+class Finished(WireMessage):
+    """The request ended; the last message about it."""
+
+    TYPE = "finished"
+    id: str
+    finish_reason: str
+    """stop, length or abort."""
+    stop_reason: int | str | None
+    """The stop token id or stop string that ended generation, if any."""
+    token_ids: list[int]
+    """Every generated token id."""
+    usage: dict[str, int]
+    """prompt_tokens, completion_tokens, cached_tokens."""
+    timings: dict[str, float | None]
+    """Seconds: queue, prefill, ttft, decode, tpot, e2e (null when a phase never happened)."""
+    text: str | None = None
+    """The full text when the request did not stream, else null (the deltas add up to it)."""
+    logprobs: list[dict[str, Any]] | None = None
+    """Every token's logprobs when the request did not stream and asked for them."""
+    num_preemptions: int = 0
+
+
+@dataclass(frozen=True)
+class ErrorReply(WireMessage):
+    """A request failed or was refused; `code` is an llmd error code."""
+
+    TYPE = "error"
+    id: str | None
+    """The client id of the message it answers, when that could be read."""
+    code: str
+    message: str
+    parameter: str | None = None
+    """The field or option that was wrong, when one was."""
+
+
+@dataclass(frozen=True)
+class StatsReply(WireMessage):
+    """One metrics snapshot (see docs/protocol.md for its keys)."""
+
+    TYPE = "stats"
+    id: str
+    snapshot: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HealthReply(WireMessage):
+    """Liveness: `is_healthy` is false once the engine died or the daemon is draining."""
+
+    TYPE = "health"
+    id: str
+    status: str
+    """ok, draining or dead."""
+    is_healthy: bool
+    pid: int
+    model: str
+    address: str
+    uptime_s: float
+    num_in_flight: int
+    version: str
+    protocol_version: int
+    message: str | None = None
+    """Why the daemon is unhealthy, when it is."""
+
+
+@dataclass(frozen=True)
+class Ack(WireMessage):
+    """Confirms an unsubscribe or a shutdown step ("draining", "stopped")."""
+
+    TYPE = "ack"
+    id: str
+    message: str
+
+
+DaemonMessage = (
+    Accepted | PrefillProgress | TokenDelta | Finished | ErrorReply | StatsReply | HealthReply | Ack
+)
+
+DAEMON_MESSAGE_TYPES: dict[str, type[WireMessage]] = {
+    cls.TYPE: cls
+    for cls in (
+        Accepted,
+        PrefillProgress,
+        TokenDelta,
+        Finished,
+        ErrorReply,
+        StatsReply,
+        HealthReply,
+        Ack,
+    )
+}

@@ -1,0 +1,174 @@
+"""The base of every wire message: a frozen dataclass whose annotations are its schema.
+
+Field types are checked both when a message is built in Python and when it is parsed from
+the wire, so a peer's mistake always comes back as a typed error naming the field, and a
+message can never carry a value its annotation does not allow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from typing import Any, ClassVar, Union
+
+from llmd.errors import InvalidParameterError
+from llmd.protocol.errors import ProtocolError
+
+PROTOCOL_VERSION = 1
+"""Bumped whenever a message changes incompatibly; both ends refuse other versions."""
+ENVELOPE_FIELDS = ("type", "v")
+
+
+class WireMessage:
+    """Mixin for frozen dataclasses that travel as {"type": TYPE, "v": 1, **fields}."""
+
+    TYPE: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for name, hint in _field_hints(type(self)).items():
+            value = getattr(self, name)
+            checked = check_value(value, hint, name)
+            if checked is not value:
+                object.__setattr__(self, name, checked)
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks that span fields or ranges; subclasses raise InvalidParameterError."""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The plain dict that is msgpack-encoded."""
+        data: dict[str, Any] = {"type": self.TYPE, "v": PROTOCOL_VERSION}
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            data[field.name] = getattr(self, field.name)
+        return data
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> WireMessage:
+        """Build from a decoded map; unknown, missing or mistyped fields raise typed errors."""
+        check_envelope(data, cls.TYPE)
+        hints = _field_hints(cls)
+        unknown = sorted(set(data) - set(hints) - set(ENVELOPE_FIELDS))
+        if unknown:
+            raise InvalidParameterError(f"unknown field in a {cls.TYPE} message", unknown[0])
+        kwargs = {}
+        for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if field.name in data:
+                kwargs[field.name] = data[field.name]
+            elif _is_required(field):
+                raise InvalidParameterError(f"missing in a {cls.TYPE} message", field.name)
+        return cls(**kwargs)
+
+
+def check_envelope(data: dict[str, Any], expected_type: str | None = None) -> str:
+    """Validate "type" and "v" and return the type; raises ProtocolError."""
+    message_type = data.get("type")
+    if not isinstance(message_type, str):
+        raise ProtocolError("a message needs a string 'type'", "type")
+    if expected_type is not None and message_type != expected_type:
+        raise ProtocolError(f"expected a {expected_type} message, got {message_type}", "type")
+    version = data.get("v")
+    if version != PROTOCOL_VERSION or isinstance(version, bool):
+        raise ProtocolError(
+            f"protocol version {version!r} is not supported (this end speaks {PROTOCOL_VERSION})",
+            "v",
+        )
+    return message_type
+
+
+def _is_required(field: dataclasses.Field) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+@functools.cache
+def _field_hints(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {field.name: hints[field.name] for field in dataclasses.fields(cls)}
+
+
+def check_value(value: Any, hint: Any, name: str) -> Any:
+    """Return `value` (ints widened to float where a float is due) or raise naming `name`."""
+    ok, checked = _conform(value, hint)
+    if not ok:
+        raise InvalidParameterError(f"must be {describe(hint)}, got {_describe_value(value)}", name)
+    return checked
+
+
+def _conform(value: Any, hint: Any) -> tuple[bool, Any]:
+    if hint is Any:
+        return True, value
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        for option in typing.get_args(hint):
+            ok, checked = _conform(value, option)
+            if ok:
+                return True, checked
+        return False, value
+    if hint is type(None):
+        return value is None, value
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint is float:
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return is_number, float(value) if is_number and not isinstance(value, float) else value
+    if hint is str:
+        return isinstance(value, str), value
+    if origin is list:
+        if not isinstance(value, list):
+            return False, value
+        (item_hint,) = typing.get_args(hint)
+        items = []
+        for item in value:
+            ok, checked = _conform(item, item_hint)
+            if not ok:
+                return False, value
+            items.append(checked)
+        return True, items if any(a is not b for a, b in zip(items, value)) else value
+    if origin is dict:
+        if not isinstance(value, dict):
+            return False, value
+        _, value_hint = typing.get_args(hint)
+        for key, item in value.items():
+            if not isinstance(key, str) or not _conform(item, value_hint)[0]:
+                return False, value
+        return True, value
+    raise TypeError(f"unsupported wire annotation {hint!r}")  # a bug in a message class
+
+
+def describe(hint: Any) -> str:
+    """Human wording of an annotation: 'a list of integers', 'a string or null'."""
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return " or ".join(describe(option) for option in typing.get_args(hint))
+    if origin is list:
+        return f"a list of {_plural(typing.get_args(hint)[0])}"
+    if origin is dict:
+        return f"a map of {_plural(typing.get_args(hint)[1])}"
+    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+    if hint is type(None):
+        return "null"
+    return names.get(hint, "a value")
+
+
+def _plural(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is list:
+        return "lists"
+    if origin is dict:
+        return "maps"
+    names = {str: "strings", int: "integers", float: "numbers", bool: "booleans"}
+    return names.get(hint, describe(hint))
+
+
+def _describe_value(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a map"
+    return names.get(type(value), type(value).__name__)

@@ -1,0 +1,203 @@
+"""The client with no daemon, a fake daemon, and in a process without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import zmq
+
+from llmd.client import AsyncClient, Client, DaemonNotRunningError, TokenDelta
+from llmd.client.errors import daemon_not_running
+from llmd.errors import InvalidParameterError, OverloadedError
+from llmd.protocol import (
+    AbortRequest,
+    Accepted,
+    ErrorReply,
+    Finished,
+    HealthReply,
+    HealthRequest,
+    decode_client_message,
+    default_address,
+    encode,
+)
+from tests.daemon.harness import REPO_ROOT, daemon_env, free_tcp_port
+
+
+def test_client_and_protocol_import_without_torch():
+    code = (
+        "import sys, llmd.client, llmd.protocol, llmd.metrics, llmd.commands.daemon_cli\n"
+        "heavy = [m for m in ('torch', 'transformers', 'numpy') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=daemon_env(),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_missing_ipc_socket_fails_at_once_with_the_command(tmp_path):
+    address = f"ipc://{tmp_path / 'nobody.sock'}"
+    started = time.monotonic()
+    with pytest.raises(DaemonNotRunningError) as error, Client(address) as client:
+        client.health()
+    assert time.monotonic() - started < 1.0
+    assert f"llmd serve --address {address}" in str(error.value)
+    assert error.value.code == "daemon_not_running"
+
+
+def test_default_address_message_names_plain_llmd_serve():
+    message = str(daemon_not_running(default_address(), "test"))
+    assert message.endswith("start one with: llmd serve")
+
+
+def test_silent_tcp_port_times_out_quickly():
+    address = f"tcp://127.0.0.1:{free_tcp_port()}"
+    started = time.monotonic()
+    with pytest.raises(DaemonNotRunningError), Client(address, timeout=0.5) as client:
+        client.stats()
+    assert time.monotonic() - started < 2.0
+
+
+async def test_async_client_without_daemon(tmp_path):
+    async with AsyncClient(f"tcp://127.0.0.1:{free_tcp_port()}", timeout=0.4) as client:
+        with pytest.raises(DaemonNotRunningError):
+            await client.health()
+
+
+def test_bad_requests_fail_before_sending():
+    client = Client("ipc:///nonexistent/never-connected.sock")
+    with pytest.raises(InvalidParameterError) as error:
+        client.stream("x", params={"temperature": "hot"})
+    assert error.value.parameter == "temperature"
+    with pytest.raises(InvalidParameterError) as error:
+        client.generate()
+    assert error.value.parameter == "prompt"
+    with pytest.raises(InvalidParameterError) as error:
+        client.stream("x", params=3)  # type: ignore[arg-type]
+    assert error.value.parameter == "params"
+
+
+class FakeDaemon:
+    """A ROUTER on a thread that answers with scripted replies and records what it got.
+
+    Health probes are answered; after `finish_after_probes` of them it finishes the last
+    generate request, and with `is_mute` it answers nothing at all after the script.
+    """
+
+    def __init__(self, address: str, script, finish_after_probes: int | None = None) -> None:
+        self.address = address
+        self.received: list = []
+        self.is_mute = False
+        self._script = script
+        self._finish_after_probes = finish_after_probes
+        self._socket = zmq.Context.instance().socket(zmq.ROUTER)
+        self._socket.bind(address)
+        self._is_stopped = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        last_generate = None
+        num_probes = 0
+        while not self._is_stopped:
+            if not self._socket.poll(20):
+                continue
+            peer, payload = self._socket.recv_multipart()
+            message = decode_client_message(payload)
+            self.received.append(message)
+            replies = []
+            if self.is_mute:
+                continue
+            if isinstance(message, HealthRequest):
+                num_probes += 1
+                replies.append(
+                    HealthReply(message.id, "ok", True, 1, "fake", self.address, 0.0, 0, "0", 1)
+                )
+                if num_probes == self._finish_after_probes and last_generate is not None:
+                    replies.append(Finished(last_generate, "length", None, [1], {}, {}))
+            elif not isinstance(message, AbortRequest):
+                last_generate = message.id
+                replies.extend(self._script(message))
+            for reply in replies:
+                self._socket.send_multipart([peer, encode(reply)])
+
+    def close(self) -> None:
+        self._is_stopped = True
+        self._thread.join()
+        self._socket.close(linger=0)
+
+
+def _two_tokens(message):
+    yield Accepted(message.id, "req-1", 3)
+    yield TokenDelta(message.id, "a", [1])
+    yield TokenDelta(message.id, "b", [2])
+
+
+@pytest.fixture
+def fake_address(tmp_path):
+    return f"ipc://{tmp_path / 'fake.sock'}"
+
+
+def test_closing_a_stream_early_sends_abort(fake_address):
+    fake = FakeDaemon(fake_address, _two_tokens)
+    try:
+        with Client(fake.address, timeout=2.0) as client:
+            stream = client.stream("hi")
+            assert isinstance(next(stream), Accepted)
+            request_id = next(stream).id
+            stream.close()
+            deadline = time.monotonic() + 2.0
+            while len(fake.received) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert fake.received[1] == AbortRequest(request_id)
+    finally:
+        fake.close()
+
+
+def test_a_silent_but_alive_daemon_is_probed_not_abandoned(fake_address):
+    fake = FakeDaemon(fake_address, _two_tokens, finish_after_probes=3)
+    try:
+        with Client(fake.address, timeout=0.3) as client:
+            started = time.monotonic()
+            events = list(client.stream("slow"))
+        assert isinstance(events[-1], Finished) and len(events) == 4
+        assert time.monotonic() - started >= 0.3  # outlived the timeout thanks to probes
+        probes = [m for m in fake.received if isinstance(m, HealthRequest)]
+        assert len(probes) == 3
+    finally:
+        fake.close()
+
+
+def test_a_daemon_that_goes_quiet_raises_not_running(fake_address):
+    fake = FakeDaemon(fake_address, _two_tokens)
+    try:
+        with Client(fake.address, timeout=0.3) as client:
+            stream = client.stream("hang")
+            assert isinstance(next(stream), Accepted)
+            fake.is_mute = True
+            started = time.monotonic()
+            with pytest.raises(DaemonNotRunningError, match="no reply"):
+                list(stream)
+            assert time.monotonic() - started < 1.5
+    finally:
+        fake.close()
+
+
+def test_error_replies_raise_their_classes(fake_address):
+    def refuse(message):
+        yield ErrorReply(message.id, "overloaded", "too busy", None)
+
+    fake = FakeDaemon(fake_address, refuse)
+    try:
+        with Client(fake.address) as client, pytest.raises(OverloadedError, match="too busy"):
+            client.generate("x")
+    finally:
+        fake.close()

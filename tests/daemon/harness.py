@@ -1,0 +1,165 @@
+"""Helpers to run daemons in tests: a real daemon process, an in-process one, raw sockets.
+
+End-to-end tests start `python -m llmd.cli serve` exactly as a user would; in-process
+daemons (the same Daemon class on a thread) make failure injection cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from llmd.client import Client, DaemonNotRunningError
+from llmd.protocol import decode_daemon_message, pack
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ENGINE_ARGS = ["--num-blocks", "512", "--max-model-len", "256", "--block-size", "16"]
+START_TIMEOUT_S = 120.0
+
+
+def daemon_env(runtime_dir: Path | None = None) -> dict[str, str]:
+    """Environment for a daemon or CLI subprocess: one torch thread, repo on the path."""
+    env = dict(os.environ)
+    env.pop("LLMD_ADDRESS", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env["OMP_NUM_THREADS"] = "1"
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    if runtime_dir is not None:
+        env["XDG_RUNTIME_DIR"] = str(runtime_dir)
+    return env
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout: float = 60.0):
+    """Run `python -m llmd.cli ARGS` and return the CompletedProcess."""
+    return subprocess.run(
+        [sys.executable, "-m", "llmd.cli", *args],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_daemon(
+    model_dir: Path, address: str | None, env: dict[str, str], log_path: Path, *extra: str
+):
+    """Start a foreground daemon process logging to `log_path`; wait until it is healthy."""
+    command = [sys.executable, "-m", "llmd.cli", "serve", "--model", str(model_dir)]
+    command += ENGINE_ARGS + (["--address", address] if address else []) + list(extra)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            command, env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log
+        )
+    process.log_path = log_path  # type: ignore[attr-defined]
+    wait_healthy(address or _default_address(env), process)
+    return process
+
+
+def _default_address(env: dict[str, str]) -> str:
+    return f"ipc://{Path(env['XDG_RUNTIME_DIR']) / 'llmd' / 'llmd.sock'}"
+
+
+def wait_healthy(address: str, process: subprocess.Popen | None = None) -> dict[str, Any]:
+    """Poll health until the daemon answers healthy (fail fast if the process exits)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            log_path = getattr(process, "log_path", None)
+            log = Path(log_path).read_text() if log_path else ""
+            raise RuntimeError(f"daemon exited with {process.returncode}:\n{log}")
+        try:
+            with Client(address, timeout=1.0) as client:
+                health = client.health()
+                if health["is_healthy"]:
+                    return health
+        except DaemonNotRunningError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"no healthy daemon at {address}")
+
+
+def is_alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_dead(pid: int, timeout: float = 15.0) -> bool:
+    """Wait until `pid` has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def free_tcp_port() -> int:
+    """A port nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class RawPeer:
+    """A bare DEALER for sending arbitrary bytes to a daemon."""
+
+    def __init__(self, address: str) -> None:
+        self.context = zmq.Context.instance()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(address)
+
+    def send(self, *frames: bytes) -> None:
+        """Send one message of the given frames."""
+        self.socket.send_multipart(list(frames))
+
+    def send_map(self, data: dict[str, Any]) -> None:
+        """Send a msgpack map."""
+        self.send(pack(data))
+
+    def receive(self, timeout: float = 5.0):
+        """The next decoded daemon message, or None on timeout."""
+        if not self.socket.poll(int(timeout * 1000)):
+            return None
+        return decode_daemon_message(self.socket.recv())
+
+    def close(self) -> None:
+        """Close at once (unsent messages are dropped)."""
+        self.socket.close(linger=0)
+
+
+@contextlib.contextmanager
+def inprocess_daemon(model_dir: Path, address: str, **kwargs: Any) -> Iterator[Any]:
+    """A Daemon serving a fresh tiny engine on a thread; stopped on exit."""
+    from llmd.config import EngineConfig
+    from llmd.daemon.serve_options import ServeOptions
+    from llmd.daemon.server import Daemon
+    from llmd.llm_engine import LLMEngine
+    from llmd.protocol import parse_address
+
+    engine_kwargs = {"num_blocks": 256, "max_model_len": 256, **kwargs.pop("engine", {})}
+    engine = LLMEngine(EngineConfig(model=str(model_dir), **engine_kwargs))
+    daemon = Daemon(engine, ServeOptions(address=address, **kwargs), parse_address(address))
+    daemon.bind()
+    thread = threading.Thread(target=daemon.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield daemon
+    finally:
+        daemon.request_drain(now=True)
+        thread.join(20)

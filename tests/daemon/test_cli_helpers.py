@@ -1,0 +1,55 @@
+"""Pieces of `llmd serve/status` that need no daemon: status formatting, the detach wait."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from llmd.commands.daemon_cli import format_status, status_report
+from llmd.daemon.detach import DaemonStartError, _wait_until_healthy
+from llmd.protocol import parse_address
+
+SNAPSHOT = {
+    "daemon": {"state": "ok", "error": None, "address": "ipc:///x.sock", "pid": 42,
+               "model": "tiny", "device": "cpu", "dtype": "float32", "max_model_len": 256,
+               "version": "0.1.0", "uptime_s": 3725.0, "num_in_flight": 3},
+    "queue": {"waiting": 1, "running": 2, "preempted": 0},
+    "kv": {"num_used": 10, "num_cached": 5, "num_free": 49, "num_total": 64, "usage": 0.15625,
+           "prefix_hit_rate": 0.5},
+}  # fmt: skip
+
+
+def test_status_report_and_text():
+    report = status_report(SNAPSHOT)
+    assert report["queue"] == {"in_flight": 3, "waiting": 1, "running": 2, "preempted": 0}
+    text = format_status(report)
+    assert "pid       42  up 1h02m05s" in text
+    assert "3 in flight: 1 waiting, 2 running, 0 preempted" in text
+    assert "10/64 blocks used (16%), 5 cached, 49 free; prefix hit rate 50%" in text
+
+
+def test_status_of_a_dead_engine_has_no_engine_numbers():
+    snapshot = {"daemon": {**SNAPSHOT["daemon"], "state": "dead", "error": "boom"}}
+    text = format_status(status_report(snapshot))
+    assert "state     dead (boom)" in text
+    assert "-/- blocks used" in text and "- waiting" in text
+
+
+def test_detached_child_that_dies_reports_its_log(tmp_path):
+    log_path = tmp_path / "daemon.log"
+    log_path.write_text("an earlier run\n")
+    offset = log_path.stat().st_size
+    with open(log_path, "a") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import sys; print('model_not_found: no model', "
+             "file=sys.stderr); sys.exit(3)"],
+            stderr=log,
+        )  # fmt: skip
+    address = parse_address(f"ipc://{tmp_path / 'never.sock'}")
+    with pytest.raises(DaemonStartError) as error:
+        _wait_until_healthy(child, address, log_path, offset, timeout_s=30)
+    message = str(error.value)
+    assert "exited with code 3" in message and "model_not_found: no model" in message
+    assert "an earlier run" not in message

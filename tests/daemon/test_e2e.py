@@ -1,0 +1,373 @@
+"""End-to-end tests against real `llmd serve` processes on the default (per-user) address.
+
+Start-up loads torch and the model, so the module runs two daemons in sequence: A starts
+with --detach and serves the functional tests; then it is killed with -9, B starts on
+the same address at the first try, and B is drained by SIGTERM while requests stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import signal
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from llmd.client import Accepted, Client, Finished, TokenDelta
+from llmd.errors import InvalidParameterError, ShuttingDownError
+from llmd.protocol import ErrorReply, HealthReply, pack
+from llmd.sampling_params import SamplingParams
+from tests.daemon.harness import (
+    ENGINE_ARGS,
+    RawPeer,
+    daemon_env,
+    free_tcp_port,
+    is_alive,
+    run_cli,
+    start_daemon,
+    wait_dead,
+)
+
+pytestmark = pytest.mark.slow
+
+MAX_MESSAGE_BYTES = 64 * 1024
+PROMPTS = ["Hello world", "Once upon a time there was"]
+
+
+class Served:
+    """The daemon under test: its address, runtime dir, pid and environment."""
+
+    def __init__(self, runtime: Path) -> None:
+        self.runtime = runtime
+        self.env = daemon_env(runtime)
+        self.address = f"ipc://{runtime / 'llmd' / 'llmd.sock'}"
+        self.pid = 0
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_dir, tmp_path_factory):
+    """Daemon A, started in the background with `llmd serve --detach`."""
+    state = Served(tmp_path_factory.mktemp("rt"))
+    result = run_cli(
+        ["serve", "--detach", "--model", str(tiny_model_dir), *ENGINE_ARGS,
+         "--max-message-bytes", str(MAX_MESSAGE_BYTES)],
+        state.env,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"serving at {state.address}" in result.stdout
+    state.pid = json.loads(run_cli(["status", "--json"], state.env).stdout)["pid"]
+    yield state
+    if is_alive(state.pid):
+        os.kill(state.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def offline(tiny_model_dir):
+    """The offline API over the same model and engine settings."""
+    from llmd.llm import LLM
+
+    return LLM(str(tiny_model_dir), num_blocks=512, max_model_len=256, block_size=16)
+
+
+def _streamed(client: Client, prompt: str, params: SamplingParams):
+    events = list(client.stream(prompt, params=params))
+    assert isinstance(events[0], Accepted) and isinstance(events[-1], Finished)
+    text = "".join(e.text for e in events if isinstance(e, TokenDelta))
+    token_ids = [t for e in events if isinstance(e, TokenDelta) for t in e.token_ids]
+    return text, token_ids, events[-1]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True),
+        SamplingParams(temperature=0.9, top_p=0.9, seed=1234, max_tokens=16, ignore_eos=True),
+    ],
+    ids=["greedy", "seeded-sample"],
+)
+def test_stream_equals_offline_output(served, offline, params):
+    expected = offline.generate(PROMPTS, params)
+    with Client(served.address) as client:
+        for prompt, output in zip(PROMPTS, expected):
+            text, token_ids, finished = _streamed(client, prompt, params)
+            assert token_ids == output.token_ids == finished.token_ids
+            assert text == output.text
+            assert finished.finish_reason == output.finish_reason
+        completion = client.generate(PROMPTS[0], params=params)  # not streamed: one message
+        assert completion.text == expected[0].text
+        assert completion.token_ids == expected[0].token_ids
+
+
+def test_stop_string_ends_the_text_like_offline(served, offline):
+    greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    full_text = offline.generate([PROMPTS[1]], greedy)[0].text
+    stop = full_text[len(full_text) // 2 : len(full_text) // 2 + 2]
+    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, stop=(stop,))
+    expected = offline.generate([PROMPTS[1]], params)[0]
+    with Client(served.address) as client:
+        text, _, finished = _streamed(client, PROMPTS[1], params)
+    assert (finished.finish_reason, finished.stop_reason) == ("stop", stop)
+    assert text == expected.text and stop not in text
+    assert finished.token_ids == expected.token_ids
+
+
+def test_64_concurrent_clients_get_exactly_max_tokens(served):
+    rng = random.Random(0)
+    wanted = [rng.randint(4, 16) for _ in range(64)]
+    results: dict[int, Finished | BaseException] = {}
+
+    def run(index: int) -> None:
+        params = SamplingParams(
+            temperature=0.7, seed=index, max_tokens=wanted[index], ignore_eos=True
+        )
+        try:
+            with Client(served.address, timeout=30) as client:
+                results[index] = list(client.stream(f"client {index} says", params=params))[-1]
+        except BaseException as error:  # reported below
+            results[index] = error
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for index, result in sorted(results.items()):
+        assert isinstance(result, Finished), (index, result)
+        assert len(result.token_ids) == wanted[index]
+        assert result.usage["completion_tokens"] == wanted[index]
+        assert result.finish_reason == "length"
+    assert len(results) == 64
+
+
+def _wait_idle(client: Client, limit_s: float) -> dict:
+    deadline = time.monotonic() + limit_s
+    while True:
+        snapshot = client.stats(include_requests=False, include_block_map=False)
+        is_idle = snapshot["queue"]["running"] == 0 and snapshot["queue"]["waiting"] == 0
+        if (is_idle and snapshot["kv"]["num_used"] == 0) or time.monotonic() > deadline:
+            return snapshot
+        time.sleep(0.02)
+
+
+def test_50_cancelled_streams_free_everything_within_a_second(served):
+    params = SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)
+    with Client(served.address, timeout=30) as client:
+        streams = [client.stream(f"cancel me {i}", params=params) for i in range(50)]
+        for stream in streams:  # each has produced output and holds KV blocks
+            while not isinstance(next(stream), TokenDelta):
+                pass
+        busy = client.stats(include_block_map=False)
+        assert busy["queue"]["running"] + busy["queue"]["waiting"] > 0
+        for stream in streams:
+            stream.close()  # sends an abort
+        cancelled_at = time.monotonic()
+        snapshot = _wait_idle(client, 1.0)
+        assert time.monotonic() - cancelled_at <= 1.05
+        assert snapshot["queue"] == {**snapshot["queue"], "running": 0, "waiting": 0}
+        assert snapshot["kv"]["num_used"] == 0
+        assert snapshot["totals"]["finished"].get("abort", 0) >= 50
+
+
+def test_vanished_peer_is_aborted(served):
+    peer = RawPeer(served.address)
+    request = {
+        "type": "generate",
+        "v": 1,
+        "id": "gone",
+        "prompt": "bye",
+        "sampling_params": {"max_tokens": 200, "ignore_eos": True},
+    }
+    peer.send_map(request)
+    assert peer.receive().id == "gone"  # accepted
+    assert isinstance(peer.receive(), TokenDelta)
+    peer.close()  # no abort: the daemon notices when a send fails
+    with Client(served.address) as client:
+        snapshot = _wait_idle(client, 3.0)
+    assert snapshot["queue"]["running"] == 0 and snapshot["kv"]["num_used"] == 0
+
+
+class _Evil:
+    """Unpickling this would create a file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malformed_input_gets_errors_and_the_daemon_stays_healthy(served, tmp_path):
+    address = served.address
+    marker = tmp_path / "pwned"
+    valid = pack({"type": "generate", "v": 1, "id": "ok", "prompt": "hi"})
+    rng = random.Random(7)
+    cases: list[tuple[list[bytes], str, str | None]] = [
+        ([bytes(rng.randrange(256) for _ in range(n))], "protocol_error", None) for n in (1, 9, 300)
+    ]
+    cases += [
+        ([valid[: len(valid) // 2]], "protocol_error", None),
+        ([pickle.dumps(_Evil(marker))], "protocol_error", None),
+        ([pack({"type": "launch_missiles", "v": 1, "id": "x"})], "protocol_error", "type"),
+        ([pack({"type": "generate", "v": 2, "id": "x", "prompt": "a"})], "protocol_error", "v"),
+        (
+            [pack({"type": "generate", "v": 1, "id": "x", "prompt": 5})],
+            "invalid_parameter",
+            "prompt",
+        ),
+        (
+            [pack({"type": "generate", "v": 1, "id": "x", "prompt": "a", "bogus": 1})],
+            "invalid_parameter",
+            "bogus",
+        ),
+        (
+            [
+                pack(
+                    {
+                        "type": "generate",
+                        "v": 1,
+                        "id": "x",
+                        "prompt": "a",
+                        "sampling_params": {"top_p": "high"},
+                    }
+                )
+            ],
+            "invalid_parameter",
+            "top_p",
+        ),
+        ([pack([1, 2, 3])], "protocol_error", None),
+        ([valid, valid], "protocol_error", None),
+        ([b"x" * (MAX_MESSAGE_BYTES + 10)], "protocol_error", None),
+    ]
+    peer = RawPeer(address)
+    for frames, code, parameter in cases:
+        peer.send(*frames)
+        reply = peer.receive()
+        assert isinstance(reply, ErrorReply), (frames[0][:20], reply)
+        assert (reply.code, reply.parameter) == (code, parameter), reply
+    peer.close()
+    assert not marker.exists()
+    oversize = RawPeer(address)  # beyond twice the limit zmq itself drops the connection
+    oversize.send(b"y" * (3 * MAX_MESSAGE_BYTES))
+    assert oversize.receive(timeout=0.5) is None
+    oversize.close()
+    with Client(address) as client:
+        assert client.health()["is_healthy"]
+        completion = client.generate("still fine", params={"max_tokens": 5, "ignore_eos": True})
+        assert len(completion.token_ids) == 5
+        with pytest.raises(InvalidParameterError) as error:
+            client.generate("x", params={"temperature": -1.0})
+        assert error.value.parameter == "temperature"
+
+
+def test_permissions_of_the_default_socket(served):
+    directory = served.runtime / "llmd"
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    socket_path = Path(served.address.removeprefix("ipc://"))
+    assert stat.S_ISSOCK(socket_path.stat().st_mode)
+    assert stat.S_IMODE(socket_path.stat().st_mode) == 0o600
+
+
+def test_non_loopback_bind_is_refused(served, tiny_model_dir):
+    address = f"tcp://0.0.0.0:{free_tcp_port()}"
+    result = run_cli(["serve", "--model", str(tiny_model_dir), "--address", address], served.env)
+    assert result.returncode != 0
+    assert "--allow-remote" in result.stderr
+
+
+def test_second_daemon_on_the_same_address_fails(served, tiny_model_dir):
+    result = run_cli(["serve", "--model", str(tiny_model_dir), *ENGINE_ARGS], served.env)
+    assert result.returncode != 0
+    assert f"already running at {served.address} (pid {served.pid})" in result.stderr
+
+
+def test_status_command(served):
+    result = run_cli(["status", "--json"], served.env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["running"] and report["pid"] == served.pid
+    assert report["address"] == served.address and report["device"] == "cpu"
+    assert report["dtype"] == "float32" and report["state"] == "ok"
+    assert set(report["queue"]) == {"in_flight", "waiting", "running", "preempted"}
+    assert report["kv"]["num_total"] == 512
+    text = run_cli(["status"], served.env)
+    assert text.returncode == 0 and "0/512 blocks used" in text.stdout
+
+
+def test_health_reply_over_raw_socket(served):
+    peer = RawPeer(served.address)
+    peer.send_map({"type": "health", "v": 1, "id": "h"})
+    reply = peer.receive()
+    peer.close()
+    assert isinstance(reply, HealthReply) and reply.is_healthy and reply.pid == served.pid
+
+
+@pytest.fixture(scope="module")
+def restarted(served, tiny_model_dir):
+    """Daemon B: after A is killed with -9, a foreground `llmd serve` on the same address."""
+    os.kill(served.pid, signal.SIGKILL)
+    assert wait_dead(served.pid)
+    socket_path = Path(served.address.removeprefix("ipc://"))
+    leftovers = {p.suffix for p in socket_path.parent.iterdir()}
+    process = start_daemon(
+        tiny_model_dir, None, served.env, served.runtime / "b.log", "--drain-timeout", "60"
+    )
+    yield process, leftovers
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def test_kill_9_then_restart_works_the_first_time(served, restarted):
+    process, leftovers = restarted
+    assert {".sock", ".lock", ".pid"} <= leftovers  # what the killed daemon left behind
+    with Client(served.address) as client:
+        health = client.health()
+    assert health["is_healthy"] and health["pid"] == process.pid != served.pid
+
+
+def test_sigterm_lets_streams_finish_and_refuses_new_requests(served, restarted):
+    process, _ = restarted
+    num_tokens = 100
+    params = SamplingParams(temperature=0.0, max_tokens=num_tokens, ignore_eos=True)
+    results: dict[int, object] = {}
+    first_tokens = threading.Barrier(4)
+
+    def stream(index: int) -> None:
+        try:
+            with Client(served.address, timeout=30) as client:
+                for event in client.stream(f"drain me {index}", params=params):
+                    if isinstance(event, TokenDelta) and index not in results:
+                        results[index] = "streaming"
+                        first_tokens.wait(30)
+                    if isinstance(event, Finished):
+                        results[index] = event
+        except BaseException as error:  # reported below
+            results[index] = error
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    first_tokens.wait(30)
+    process.send_signal(signal.SIGTERM)
+    with Client(served.address, timeout=10) as client:
+        deadline = time.monotonic() + 10
+        while client.health()["status"] != "draining" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(ShuttingDownError):
+            client.generate("too late", params={"max_tokens": 2})
+    for thread in threads:
+        thread.join(60)
+    for index in range(3):
+        event = results[index]
+        assert isinstance(event, Finished), event
+        assert event.finish_reason == "length" and len(event.token_ids) == num_tokens
+    assert process.wait(15) == 0
+    remaining = sorted(p.name for p in (served.runtime / "llmd").iterdir())
+    assert all(name.endswith(".log") for name in remaining), remaining

@@ -1,0 +1,105 @@
+"""ServingMetrics turns step stats and request metrics into the snapshot's numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmd.engine.step_stats import StepStats
+from llmd.metrics import ServingMetrics
+from llmd.outputs import RequestMetrics
+
+
+class FakeClock:
+    """A settable monotonic clock."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _step(prefill: int, decode: int, forward_s: float, kv_context_tokens: int = 0, **kw):
+    fields = dict(
+        started_at=0.0,
+        num_prefill_tokens=prefill,
+        num_decode_tokens=decode,
+        num_prefill_seqs=1 if prefill else 0,
+        num_decode_seqs=decode,
+        num_preempted=0,
+        num_running=decode,
+        num_waiting=0,
+        schedule_s=0.001,
+        prepare_s=0.002,
+        forward_s=forward_s,
+        sample_s=0.003,
+        total_s=forward_s + 0.006,
+        kv_context_tokens=kv_context_tokens,
+    )
+    return StepStats(**{**fields, **kw})
+
+
+def _request_metrics(ttft: float, tpot: float | None, itl=(0.01, 0.02)) -> RequestMetrics:
+    return RequestMetrics(
+        num_prompt_tokens=4,
+        num_generated_tokens=3,
+        num_cached_tokens=0,
+        num_preemptions=0,
+        queue_time=0.001,
+        prefill_time=ttft - 0.001,
+        ttft=ttft,
+        decode_time=0.03,
+        tpot=tpot,
+        e2e=ttft + 0.03,
+        itl=tuple(itl),
+    )
+
+
+def test_steps_give_throughput_split_and_hardware_estimates():
+    clock = FakeClock()
+    metrics = ServingMetrics(
+        window_s=10, num_params=1000, weight_bytes=4000, kv_bytes_per_token=100, clock=clock
+    )
+    clock.now += 10
+    metrics.record_step(_step(prefill=50, decode=0, forward_s=0.01), 1, idle_gap_s=0.0)
+    metrics.record_step(_step(0, 4, 0.002, kv_context_tokens=60), 4, idle_gap_s=0.004)
+    metrics.record_step(_step(0, 4, 0.002, kv_context_tokens=64, num_preempted=1), 4, 0.002)
+    snapshot = metrics.snapshot()
+    throughput = snapshot["throughput"]
+    assert throughput["prompt_tokens_per_s"] == pytest.approx(5.0)
+    assert throughput["generation_tokens_per_s"] == pytest.approx(0.9)
+    assert throughput["prompt_tokens_per_step"] == pytest.approx(50 / 3)
+    assert throughput["generation_tokens_per_step"] == pytest.approx(3.0)
+    step = snapshot["step"]
+    assert step["forward_ms"] == pytest.approx(14 / 3)
+    assert step["idle_gap_ms"] == pytest.approx(2.0)
+    assert step["schedule_ms"] == pytest.approx(1.0)
+    assert step["time"]["count"] == 3
+    decode_bytes = 2 * 4000 + (60 + 64) * 100
+    assert snapshot["hardware"]["decode_gb_per_s"] == pytest.approx(decode_bytes / 0.004 / 1e9)
+    prefill_flops = 2 * 1000 * 50
+    assert snapshot["hardware"]["prefill_tflop_per_s"] == pytest.approx(prefill_flops / 0.01 / 1e12)
+    assert snapshot["totals"]["preemptions"] == 1 and snapshot["totals"]["steps"] == 3
+
+
+def test_requests_feed_latency_and_goodput_only_when_completed():
+    clock = FakeClock()
+    metrics = ServingMetrics(window_s=10, slo_ttft_s=0.1, clock=clock)
+    metrics.record_request(_request_metrics(0.05, 0.01), "length")
+    metrics.record_request(_request_metrics(0.5, 0.01), "stop")
+    metrics.record_request(_request_metrics(0.01, 0.01), "abort")
+    snapshot = metrics.snapshot()
+    latency = snapshot["latency"]
+    assert latency["ttft"]["count"] == 2 and latency["ttft"]["max"] == 0.5
+    assert latency["itl"]["count"] == 4
+    assert latency["queue"]["mean"] == pytest.approx(0.001)
+    assert snapshot["goodput"]["fraction"] == 0.5
+    assert snapshot["totals"]["finished"] == {"length": 1, "stop": 1, "abort": 1}
+    clock.now += 11
+    assert metrics.snapshot()["latency"]["ttft"]["count"] == 0
+
+
+def test_empty_snapshot_has_no_division_by_zero():
+    snapshot = ServingMetrics().snapshot()
+    assert snapshot["throughput"]["prompt_tokens_per_step"] is None
+    assert snapshot["hardware"] == {"decode_gb_per_s": None, "prefill_tflop_per_s": None}

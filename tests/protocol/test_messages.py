@@ -1,0 +1,152 @@
+"""Every message round-trips, and every validation failure names the offending field."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmd.errors import InvalidParameterError
+from llmd.protocol import (
+    CLIENT_MESSAGE_TYPES,
+    DAEMON_MESSAGE_TYPES,
+    PROTOCOL_VERSION,
+    AbortRequest,
+    Accepted,
+    Ack,
+    ErrorReply,
+    Finished,
+    GenerateRequest,
+    HealthReply,
+    HealthRequest,
+    PrefillProgress,
+    ProtocolError,
+    ShutdownRequest,
+    StatsReply,
+    StatsRequest,
+    SubscribeRequest,
+    TokenDelta,
+    UnsubscribeRequest,
+    decode_client_message,
+    decode_daemon_message,
+    encode,
+    pack,
+)
+
+CLIENT_EXAMPLES = [
+    GenerateRequest("g1", prompt="hello", sampling_params={"max_tokens": 4, "stop": ["."]}),
+    GenerateRequest("g2", prompt_token_ids=[1, 2, 3], stream=False, priority=-3),
+    GenerateRequest("g3", messages=[{"role": "user", "content": "hi"}]),
+    AbortRequest("g1"),
+    StatsRequest("s", include_block_map=False, timeline_request_id="req-1", max_requests=5),
+    SubscribeRequest("sub", interval_ms=250),
+    UnsubscribeRequest("sub"),
+    HealthRequest("h"),
+    ShutdownRequest("stop", now=True, timeout_s=2.5),
+]
+DAEMON_EXAMPLES = [
+    Accepted("g1", "req-1", 5),
+    PrefillProgress("g1", 64, 200),
+    TokenDelta("g1", "text", [5, 6], [{"token_id": 5, "logprob": -0.1}, {"token_id": 6}]),
+    Finished("g1", "stop", ".", [5, 6], {"prompt_tokens": 5}, {"ttft": 0.1, "tpot": None}),
+    Finished("g2", "length", None, [1], {"prompt_tokens": 1}, {}, text="a", logprobs=[]),
+    ErrorReply(None, "protocol_error", "bad", None),
+    ErrorReply("g1", "invalid_parameter", "must be >= 0", "temperature"),
+    StatsReply("s", {"queue": {"running": 1}, "latency": {"ttft": {"p50": None}}}),
+    HealthReply("h", "ok", True, 1, "m", "ipc:///x", 1.0, 0, "0.1.0", PROTOCOL_VERSION),
+    Ack("stop", "draining"),
+]
+
+
+def test_every_type_has_an_example():
+    assert {type(m) for m in CLIENT_EXAMPLES} == set(CLIENT_MESSAGE_TYPES.values())
+    assert {type(m) for m in DAEMON_EXAMPLES} == set(DAEMON_MESSAGE_TYPES.values())
+
+
+@pytest.mark.parametrize("message", CLIENT_EXAMPLES, ids=lambda m: m.TYPE)
+def test_client_messages_round_trip(message):
+    wire = message.to_wire()
+    assert wire["type"] == message.TYPE and wire["v"] == PROTOCOL_VERSION
+    assert decode_client_message(encode(message)) == message
+
+
+@pytest.mark.parametrize("message", DAEMON_EXAMPLES, ids=lambda m: m.TYPE)
+def test_daemon_messages_round_trip(message):
+    assert decode_daemon_message(encode(message)) == message
+
+
+def _generate(**fields):
+    return {"type": "generate", "v": 1, "id": "x", "prompt": "p", **fields}
+
+
+@pytest.mark.parametrize(
+    ("data", "parameter"),
+    [
+        (_generate(bogus=1), "bogus"),
+        (_generate(prompt=5), "prompt"),
+        (_generate(prompt=None), "prompt"),  # no input at all
+        (_generate(prompt_token_ids=[1]), "prompt"),  # two inputs
+        (_generate(prompt=None, prompt_token_ids=[1, "2"]), "prompt_token_ids"),
+        (_generate(prompt=None, prompt_token_ids=[1, True]), "prompt_token_ids"),
+        (_generate(prompt=None, messages=[{"role": 1}]), "messages"),
+        (_generate(prompt=None, messages={"role": "user"}), "messages"),
+        (_generate(stream="yes"), "stream"),
+        (_generate(priority=1.5), "priority"),
+        (_generate(priority=2**40), "priority"),
+        (_generate(sampling_params=[]), "sampling_params"),
+        (_generate(sampling_params={"temperature": -1}), "temperature"),
+        (_generate(sampling_params={"top_p": "high"}), "top_p"),
+        (_generate(sampling_params={"max_tokens": 0}), "max_tokens"),
+        (_generate(sampling_params={"stop": 5}), "stop"),
+        (_generate(sampling_params={"stop_token_ids": 5}), "stop_token_ids"),
+        (_generate(sampling_params={"nucleus": 0.5}), "nucleus"),
+        (_generate(id=""), "id"),
+        (_generate(id="x" * 129), "id"),
+        (_generate(id=7), "id"),
+        ({"type": "generate", "v": 1, "prompt": "p"}, "id"),  # missing
+        ({"type": "stats", "v": 1, "id": "s", "max_requests": -1}, "max_requests"),
+        ({"type": "stats", "v": 1, "id": "s", "include_requests": 1}, "include_requests"),
+        ({"type": "subscribe", "v": 1, "id": "s", "interval_ms": 10}, "interval_ms"),
+        ({"type": "subscribe", "v": 1, "id": "s", "interval_ms": 10**6}, "interval_ms"),
+        ({"type": "shutdown", "v": 1, "id": "s", "timeout_s": -1}, "timeout_s"),
+        ({"type": "shutdown", "v": 1, "id": "s", "now": "yes"}, "now"),
+        ({"type": "abort", "v": 1}, "id"),
+    ],
+)
+def test_invalid_fields_are_named(data, parameter):
+    with pytest.raises(InvalidParameterError) as error:
+        decode_client_message(pack(data))
+    assert error.value.parameter == parameter
+    assert error.value.code == "invalid_parameter"
+
+
+@pytest.mark.parametrize(
+    ("data", "parameter"),
+    [
+        ({"v": 1, "id": "x"}, "type"),
+        ({"type": 3, "v": 1, "id": "x"}, "type"),
+        ({"type": "teleport", "v": 1, "id": "x"}, "type"),
+        ({"type": "accepted", "v": 1, "id": "x"}, "type"),  # a daemon message sent to the daemon
+        ({"type": "health", "id": "x"}, "v"),
+        ({"type": "health", "v": 2, "id": "x"}, "v"),
+        ({"type": "health", "v": True, "id": "x"}, "v"),
+    ],
+)
+def test_envelope_errors_are_protocol_errors(data, parameter):
+    with pytest.raises(ProtocolError) as error:
+        decode_client_message(pack(data))
+    assert error.value.parameter == parameter
+
+
+def test_integers_widen_to_floats_and_bools_are_not_integers():
+    message = decode_client_message(pack({"type": "shutdown", "v": 1, "id": "s", "timeout_s": 3}))
+    assert isinstance(message.timeout_s, float) and message.timeout_s == 3.0
+    with pytest.raises(InvalidParameterError) as error:
+        Accepted("x", "req", True)  # type: ignore[arg-type]
+    assert error.value.parameter == "num_prompt_tokens"
+
+
+def test_messages_validate_when_built_locally():
+    with pytest.raises(InvalidParameterError) as error:
+        GenerateRequest("x", prompt="p", sampling_params={"top_k": -5})
+    assert error.value.parameter == "top_k"
+    assert GenerateRequest("x", prompt="p", sampling_params={"top_k": 4}).params().top_k == 4
+    assert SubscribeRequest("s", 100, max_requests=3).stats_request().max_requests == 3
