@@ -20,7 +20,7 @@ from llmd.engine.tokenizer import Tokenizer, load_tokenizer, read_generation_eos
 from llmd.errors import InvalidParameterError
 from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
 from llmd.outputs import TokenLogprob
-from llmd.runner.device import dtype_name
+from llmd.runner.device import device_name, dtype_name
 from llmd.runner.model_runner import ModelRunner
 from llmd.sampling_params import SamplingParams
 
@@ -67,7 +67,7 @@ class LLMEngine:
             tokenizer_source = config.tokenizer or str(self.model_path)
             self.tokenizer = load_tokenizer(tokenizer_source, str(self.model_path))
             self.eos_token_ids = self.tokenizer.eos_token_ids
-        self.runner = ModelRunner(config, self.model_path, self.hf_config)
+        self.runner = ModelRunner(config, self.model_path, self.hf_config, self.max_model_len)
         self.block_manager = BlockManager(
             self.runner.num_blocks, config.block_size, config.enable_prefix_caching
         )
@@ -113,6 +113,11 @@ class LLMEngine:
     def device(self) -> str:
         """The device the model runs on, as a string."""
         return str(self.runner.device)
+
+    @property
+    def device_name(self) -> str:
+        """The GPU's name, or "cpu"."""
+        return device_name(self.runner.device)
 
     @property
     def dtype(self) -> str:

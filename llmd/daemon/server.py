@@ -30,7 +30,7 @@ from llmd.errors import (
     ShuttingDownError,
 )
 from llmd.metrics import ServingMetrics
-from llmd.metrics.roofline import DTYPE_BYTES
+from llmd.metrics.roofline import DTYPE_BYTES, device_peaks
 from llmd.protocol import (
     CLIENT_MESSAGE_TYPES,
     PROTOCOL_VERSION,
@@ -76,6 +76,7 @@ class Daemon:
         self.address = address
         self.started_at = time.monotonic()
         dtype_bytes = DTYPE_BYTES.get(engine.dtype, 4)
+        peak_gb_per_s, peak_tflop_per_s = device_peaks(engine.device_name, engine.dtype)
         self.metrics = ServingMetrics(
             window_s=options.metrics_window_s,
             slo_ttft_s=None if options.slo_ttft_ms is None else options.slo_ttft_ms / 1000,
@@ -83,6 +84,8 @@ class Daemon:
             num_params=engine.shape.num_params,
             weight_bytes=engine.shape.num_params * dtype_bytes,
             kv_bytes_per_token=engine.shape.kv_bytes_per_token(dtype_bytes),
+            peak_gb_per_s=peak_gb_per_s,
+            peak_tflop_per_s=peak_tflop_per_s,
         )
         self.outbox = Outbox()
         self.engine_loop = EngineLoop(
@@ -306,6 +309,13 @@ class Daemon:
             "dtype": engine.dtype,
             "max_model_len": engine.max_model_len,
             "num_params": engine.shape.num_params,
+            "device_name": engine.device_name,
+            "scheduling_policy": engine.config.scheduling_policy,
+            "max_num_batched_tokens": engine.scheduler.config.max_num_batched_tokens,
+            "max_num_seqs": engine.config.max_num_seqs,
+            "block_size": engine.config.block_size,
+            "num_blocks": engine.runner.num_blocks,
+            "attention_backend": engine.runner.backend.name,
             "version": __version__,
             "protocol_version": PROTOCOL_VERSION,
             "state": self.state,

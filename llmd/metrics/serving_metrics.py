@@ -33,8 +33,14 @@ class ServingMetrics:
         weight_bytes: int = 0,
         kv_bytes_per_token: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        peak_gb_per_s: float | None = None,
+        peak_tflop_per_s: float | None = None,
     ) -> None:
         self.window_s = window_s
+        self.peak_gb_per_s = peak_gb_per_s
+        """The device's memory-bandwidth peak, when known (None on CPU)."""
+        self.peak_tflop_per_s = peak_tflop_per_s
+        """The device's dense compute peak for the running dtype, when known."""
         self.num_params = num_params
         self.weight_bytes = weight_bytes
         self.kv_bytes_per_token = kv_bytes_per_token
@@ -124,6 +130,10 @@ class ServingMetrics:
                 },
                 "step": {
                     "time": self._step_time.summary(now),
+                    "prefill_time_share": _ratio(
+                        self._prefill_seconds.total(now),
+                        self._prefill_seconds.total(now) + self._decode_seconds.total(now),
+                    ),
                     **{
                         f"{phase}_ms": _ratio(meter.total(now) * 1000, num_steps)
                         for phase, meter in self._phase_seconds.items()
@@ -136,6 +146,8 @@ class ServingMetrics:
                     "prefill_tflop_per_s": _ratio(
                         self._prefill_flops.total(now) / 1e12, self._prefill_seconds.total(now)
                     ),
+                    "peak_gb_per_s": self.peak_gb_per_s,
+                    "peak_tflop_per_s": self.peak_tflop_per_s,
                 },
                 "totals": {
                     "steps": int(self._steps.lifetime_total),

@@ -34,3 +34,10 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 def dtype_name(dtype: torch.dtype) -> str:
     """The config spelling of a torch dtype (float32, bfloat16, float16)."""
     return str(dtype).removeprefix("torch.")
+
+
+def device_name(device: torch.device) -> str:
+    """A human name of the device: the GPU's marketing name, or "cpu"."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type

@@ -88,14 +88,16 @@ def test_stats_snapshot_contract(daemon):
         "timeline",
         "block_map",
     } <= set(snapshot)
-    assert {"pid", "address", "model", "device", "dtype", "state", "uptime_s"} <= set(
-        snapshot["daemon"]
-    )
+    assert {
+        "pid", "address", "model", "device", "device_name", "dtype", "state", "uptime_s",
+        "scheduling_policy", "max_num_batched_tokens", "max_num_seqs", "attention_backend",
+    } <= set(snapshot["daemon"])  # fmt: skip
     for name in ("ttft", "tpot", "itl", "e2e", "queue"):
         assert {"count", "mean", "p50", "p90", "p99", "max"} == set(snapshot["latency"][name])
-    assert {"schedule_ms", "prepare_ms", "forward_ms", "sample_ms", "idle_gap_ms", "time"} == set(
-        snapshot["step"]
-    )
+    assert {
+        "schedule_ms", "prepare_ms", "forward_ms", "sample_ms", "idle_gap_ms", "time",
+        "prefill_time_share",
+    } == set(snapshot["step"])  # fmt: skip
     assert snapshot["goodput"]["slo_ttft_ms"] == 60_000.0
     assert snapshot["hardware"]["decode_gb_per_s"] > 0
     assert snapshot["queue"]["running"] >= 1 and snapshot["kv"]["num_used"] >= 1

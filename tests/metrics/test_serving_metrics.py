@@ -6,6 +6,7 @@ import pytest
 
 from llmd.engine.step_stats import StepStats
 from llmd.metrics import ServingMetrics
+from llmd.metrics.roofline import device_peaks
 from llmd.outputs import RequestMetrics
 
 
@@ -80,6 +81,7 @@ def test_steps_give_throughput_split_and_hardware_estimates():
     prefill_flops = 2 * 1000 * 50
     assert snapshot["hardware"]["prefill_tflop_per_s"] == pytest.approx(prefill_flops / 0.01 / 1e12)
     assert snapshot["totals"]["preemptions"] == 1 and snapshot["totals"]["steps"] == 3
+    assert step["prefill_time_share"] == pytest.approx(0.01 / 0.014)
 
 
 def test_requests_feed_latency_and_goodput_only_when_completed():
@@ -102,4 +104,18 @@ def test_requests_feed_latency_and_goodput_only_when_completed():
 def test_empty_snapshot_has_no_division_by_zero():
     snapshot = ServingMetrics().snapshot()
     assert snapshot["throughput"]["prompt_tokens_per_step"] is None
-    assert snapshot["hardware"] == {"decode_gb_per_s": None, "prefill_tflop_per_s": None}
+    assert snapshot["hardware"] == {
+        "decode_gb_per_s": None,
+        "prefill_tflop_per_s": None,
+        "peak_gb_per_s": None,
+        "peak_tflop_per_s": None,
+    }
+    assert snapshot["step"]["prefill_time_share"] is None
+
+
+def test_device_peaks_known_gpu_and_unknown():
+    assert device_peaks("NVIDIA H200", "bfloat16") == (4800.0, 989.0)
+    assert device_peaks("NVIDIA H100 80GB HBM3", "float32") == (3350.0, 67.0)
+    assert device_peaks("cpu", "float32") == (None, None)
+    metrics = ServingMetrics(peak_gb_per_s=4800.0, peak_tflop_per_s=989.0)
+    assert metrics.snapshot()["hardware"]["peak_gb_per_s"] == 4800.0
