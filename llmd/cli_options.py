@@ -27,7 +27,7 @@ ENGINE_OPTIONS = [
     click.option("--kv-cache-memory-gib", type=float, default=1.0, show_default=True,
                  help="KV cache size on CPU, GiB."),
     click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
-                 help="Fraction of GPU memory llmd may use (weights, activations, KV)."),
+                 help="Fraction of the GPU memory free at start-up that llmd may use."),
     click.option("--num-blocks", type=int, default=None,
                  help="Explicit number of KV blocks (overrides the memory budget)."),
     click.option("--max-model-len", type=int, default=None,

@@ -35,7 +35,8 @@ class EngineConfig:
     kv_cache_memory_gib: float = 1.0
     """On CPU: GiB of memory given to the KV cache (ignored when num_blocks is set)."""
     gpu_memory_utilization: float = 0.9
-    """On CUDA: fraction of total GPU memory llmd may use (weights, activations and KV)."""
+    """On CUDA: fraction of the GPU memory free at start-up that llmd may use for weights,
+    activations, CUDA graphs and the KV cache (the KV cache gets what the others leave)."""
     num_blocks: int | None = None
     """Explicit number of KV blocks; overrides the memory budget."""
     max_model_len: int | None = None

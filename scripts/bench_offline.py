@@ -2,23 +2,30 @@
 """Offline throughput: llmd's continuous batching against HF transformers' static batching.
 
 A seeded heterogeneous workload (prompts 16-512 tokens, outputs 8-256, EOS ignored) runs
-on a random checkpoint shaped like SmolLM2-135M; both engines run in the same process and
-the report is output tokens/s for each and their ratio, the median over --repeats runs.
+on a random checkpoint shaped like SmolLM2-135M (or, with --shape, Qwen3-0.6B); both
+engines run in the same process and the report is output tokens/s for each and their
+ratio, the median over --repeats runs.
 
     .venv/bin/python scripts/bench_offline.py --num-requests 64 --repeats 3
+    python scripts/bench_offline.py --shape qwen3-0.6b --device cuda --num-requests 256 \\
+        --repeats 1 --hf-batch-size 64 --max-model-len 1024 --warmup-requests 16
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 SMOLLM2_135M_SHAPE = {
     "hidden_size": 576,
@@ -32,18 +39,47 @@ SMOLLM2_135M_SHAPE = {
     "rope_theta": 100000.0,
     "rms_norm_eps": 1e-5,
 }
+QWEN3_0_6B_SHAPE = {
+    "hidden_size": 1024,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 3072,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": True,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+}
+SHAPES = {
+    # name: (architecture, config fields, dtype the checkpoint is saved in)
+    "smollm2-135m": ("llama", SMOLLM2_135M_SHAPE, torch.float32),
+    "qwen3-0.6b": ("qwen3", QWEN3_0_6B_SHAPE, torch.bfloat16),
+}
 
 
-def make_checkpoint(path: Path, shape: dict) -> Path:
-    """Save a random-weight Llama checkpoint of the given shape (float32)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def make_checkpoint(
+    path: Path,
+    shape: dict,
+    arch: str = "llama",
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+) -> Path:
+    """Save a random-weight checkpoint of the given shape (built on `device`, saved as dtype)."""
+    import transformers
 
+    config_class, model_class = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+    }[arch]
     torch.manual_seed(0)
-    config = LlamaConfig(
-        **shape, architectures=["LlamaForCausalLM"], eos_token_id=0, bos_token_id=1
+    config = config_class(
+        **shape, architectures=[model_class.__name__], eos_token_id=0, bos_token_id=1
     )
-    model = LlamaForCausalLM(config)
-    model.save_pretrained(path)
+    with torch.device(device):
+        model = model_class(config)
+    model.to(dtype).save_pretrained(path)
     return path
 
 
@@ -59,8 +95,12 @@ def make_workload(num_requests: int, vocab_size: int, seed: int, max_prompt: int
     ]
 
 
-def run_llmd(path: Path, workload, engine_options: dict) -> tuple[float, int]:
-    """Seconds to finish the whole workload with llmd's engine, and output tokens produced."""
+def run_llmd(path: Path, workload, engine_options: dict, info: dict | None = None):
+    """Seconds to finish the whole workload with llmd's engine, and output tokens produced.
+
+    When `info` is given it receives what the engine ran on (device, dtype, backend, KV
+    blocks, CUDA graphs captured and replayed).
+    """
     from llmd.config import EngineConfig
     from llmd.llm_engine import LLMEngine
     from llmd.sampling_params import SamplingParams
@@ -75,15 +115,36 @@ def run_llmd(path: Path, workload, engine_options: dict) -> tuple[float, int]:
         for update in engine.step().updates:
             num_output_tokens += len(update.new_token_ids)
     elapsed = time.perf_counter() - start
+    if info is not None:
+        runner = engine.runner
+        graph_runner = runner.graph_runner
+        info.update(
+            device=engine.device,
+            dtype=engine.dtype,
+            attention_backend=runner.backend.name,
+            triton_layer_kernels=runner.kernel_config.use_triton,
+            num_kv_blocks=runner.num_blocks,
+            num_cuda_graphs=len(runner.graph_batch_sizes) if graph_runner else 0,
+            num_graph_replays=graph_runner.num_replays if graph_runner else 0,
+        )
     del engine
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the next engine profiles free memory
     return elapsed, num_output_tokens
 
 
-def run_hf_static(path: Path, workload, batch_size: int) -> tuple[float, int]:
+def run_hf_static(
+    path: Path,
+    workload,
+    batch_size: int,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> tuple[float, int]:
     """Seconds for HF generate in fixed batches (left-padded, run to the batch's longest output)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     start = time.perf_counter()
     num_useful_tokens = 0
     for first in range(0, len(workload), batch_size):
@@ -97,8 +158,8 @@ def run_hf_static(path: Path, workload, batch_size: int) -> tuple[float, int]:
         max_new = max(num_output for _, num_output in batch)
         with torch.no_grad():
             model.generate(
-                input_ids,
-                attention_mask=attention_mask,
+                input_ids.to(device),
+                attention_mask=attention_mask.to(device),
                 max_new_tokens=max_new,
                 min_new_tokens=max_new,
                 do_sample=False,
@@ -107,7 +168,24 @@ def run_hf_static(path: Path, workload, batch_size: int) -> tuple[float, int]:
             )
         # Only the tokens each request asked for are useful; the rest is static-batching waste.
         num_useful_tokens += sum(num_output for _, num_output in batch)
-    return time.perf_counter() - start, num_useful_tokens
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = time.perf_counter() - start
+    del model
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return elapsed, num_useful_tokens
+
+
+def resolve_device_and_dtype(args) -> tuple[str, torch.dtype]:
+    """The device and dtype HF runs with: the same choice llmd's `auto` makes."""
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.dtype != "auto":
+        return device, getattr(torch, args.dtype)
+    return device, torch.bfloat16 if device == "cuda" else torch.float32
 
 
 def main() -> None:
@@ -122,28 +200,79 @@ def main() -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--kv-cache-memory-gib", type=float, default=4.0)
     parser.add_argument("--skip-hf", action="store_true", help="measure llmd only")
+    parser.add_argument("--skip-llmd", action="store_true", help="measure HF only")
     parser.add_argument("--json", type=Path, default=None, help="write results here")
     parser.add_argument("--model", type=Path, default=None, help="existing checkpoint dir")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2-135m")
+    parser.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=None,
+        help="create the random checkpoint here and keep it (reused if it has config.json)",
+    )
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument(
+        "--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto"
+    )
+    parser.add_argument("--attention-backend", choices=["auto", "torch", "triton"], default="auto")
+    parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in llmd")
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None)
+    parser.add_argument(
+        "--warmup-requests",
+        type=int,
+        default=0,
+        help="untimed llmd run of this many short requests first (compiles Triton kernels)",
+    )
     args = parser.parse_args()
+    arch, shape, shape_dtype = SHAPES[args.shape]
+    hf_device, hf_dtype = resolve_device_and_dtype(args)
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = args.model or make_checkpoint(Path(tmp) / "smollm2-135m-shape", SMOLLM2_135M_SHAPE)
+        path = args.model
+        if path is None and args.checkpoint_dir is not None:
+            path = args.checkpoint_dir
+            if not (path / "config.json").is_file():
+                make_checkpoint(path, shape, arch, shape_dtype, hf_device)
+        if path is None:
+            path = make_checkpoint(
+                Path(tmp) / f"{args.shape}-shape", shape, arch, shape_dtype, hf_device
+            )
         workload = make_workload(
-            args.num_requests, SMOLLM2_135M_SHAPE["vocab_size"], args.seed,
-            args.max_prompt, args.max_output,
-        )  # fmt: skip
+            args.num_requests, shape["vocab_size"], args.seed, args.max_prompt, args.max_output
+        )
         engine_options = {
             "max_num_seqs": args.max_num_seqs,
             "max_num_batched_tokens": args.max_num_batched_tokens,
             "kv_cache_memory_gib": args.kv_cache_memory_gib,
+            "device": args.device,
+            "dtype": args.dtype,
+            "attention_backend": args.attention_backend,
+            "enforce_eager": args.enforce_eager,
         }
+        if args.max_model_len is not None:
+            engine_options["max_model_len"] = args.max_model_len
+        if args.gpu_memory_utilization is not None:
+            engine_options["gpu_memory_utilization"] = args.gpu_memory_utilization
+        if args.warmup_requests and not args.skip_llmd:
+            warmup = make_workload(
+                args.warmup_requests, shape["vocab_size"], args.seed + 1, args.max_prompt, 16
+            )
+            warmup_s, _ = run_llmd(path, warmup, engine_options)
+            print(f"warm-up: {args.warmup_requests} requests in {warmup_s:.1f} s", flush=True)
         runs = []
+        engine_info: dict = {}
         for repeat in range(args.repeats):
-            llmd_s, llmd_tokens = run_llmd(path, workload, engine_options)
-            run = {"llmd_s": llmd_s, "llmd_tok_s": llmd_tokens / llmd_s}
+            run = {}
+            if not args.skip_llmd:
+                llmd_s, llmd_tokens = run_llmd(path, workload, engine_options, engine_info)
+                run.update(llmd_s=llmd_s, llmd_tok_s=llmd_tokens / llmd_s)
             if not args.skip_hf:
-                hf_s, hf_tokens = run_hf_static(path, workload, args.hf_batch_size)
+                hf_s, hf_tokens = run_hf_static(
+                    path, workload, args.hf_batch_size, hf_device, hf_dtype
+                )
                 run.update(hf_s=hf_s, hf_tok_s=hf_tokens / hf_s)
+            if "llmd_tok_s" in run and "hf_tok_s" in run:
                 run["ratio"] = run["llmd_tok_s"] / run["hf_tok_s"]
             runs.append(run)
             figures = ", ".join(f"{key}={value:.2f}" for key, value in run.items())
@@ -153,14 +282,19 @@ def main() -> None:
     num_output = sum(n for _, n in workload)
     print(f"\nworkload: {args.num_requests} requests, {num_output} output tokens, "
           f"threads={torch.get_num_threads()}")  # fmt: skip
-    print(f"llmd (continuous batching): {summary['llmd_tok_s']:8.1f} output tok/s (median)")
+    if "llmd_tok_s" in summary:
+        print(f"llmd (continuous batching): {summary['llmd_tok_s']:8.1f} output tok/s (median)")
     if "hf_tok_s" in summary:
         hf_label = f"HF static batches of {args.hf_batch_size}:"
         print(f"{hf_label:28s}{summary['hf_tok_s']:8.1f} output tok/s")
+    if "ratio" in summary:
         print(f"ratio llmd / HF: {summary['ratio']:.2f}x (median of {args.repeats})")
     if args.json:
         options = {key: str(value) for key, value in vars(args).items()}
         report = {"args": options, "runs": runs, "median": summary}
+        report |= {"num_output_tokens": num_output, "engine": engine_info}
+        if not args.skip_hf:
+            report["hf"] = {"device": hf_device, "dtype": str(hf_dtype).removeprefix("torch.")}
         args.json.write_text(json.dumps(report, indent=2))
 
 

@@ -2,16 +2,20 @@
 
 Every supported architecture shares this block; the differences (qkv bias, per-head q/k
 RMSNorm, explicit head_dim) are constructor flags, and the paged-cache work is delegated to
-whichever AttentionBackend the runner chose.
+whichever AttentionBackend the runner chose. With Triton layer kernels, q and k are rotated
+in place by one kernel launch instead of several torch temporaries.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from llmd.attention.backend import AttentionBackend
 from llmd.attention.metadata import AttentionMetadata
+from llmd.layers.kernel_config import KernelConfig
 from llmd.layers.norm import RMSNorm
 from llmd.layers.rotary import apply_rotary
 
@@ -44,6 +48,20 @@ class PagedSelfAttention(nn.Module):
         if qk_norm_eps is not None:
             self.q_norm = RMSNorm(head_dim, qk_norm_eps)
             self.k_norm = RMSNorm(head_dim, qk_norm_eps)
+        self.kernel_config = KernelConfig()
+        self._triton_rotary: Callable | None = None
+
+    def use_kernel_config(self, config: KernelConfig) -> None:
+        """Rotate with llmd.kernels.rotary when `config` selects Triton kernels.
+
+        The q/k norms are layers of their own and receive the config separately.
+        """
+        self.kernel_config = config
+        self._triton_rotary = None
+        if config.use_triton:
+            from llmd.kernels.rotary import rotary_embedding
+
+            self._triton_rotary = rotary_embedding
 
     def forward(
         self,
@@ -58,7 +76,9 @@ class PagedSelfAttention(nn.Module):
         num_qk_heads = self.num_heads + self.num_kv_heads
         qkv = self.qkv_proj(hidden)  # [num_tokens, q_size + 2 * kv_size]
         qkv = qkv.view(num_tokens, num_qk_heads + self.num_kv_heads, self.head_dim)
-        if self.has_qk_norm:
+        if self._triton_rotary is not None:
+            query, key = self._rotate_with_kernel(qkv, cos, sin)
+        elif self.has_qk_norm:
             query = self.q_norm(qkv[:, : self.num_heads])  # [num_tokens, num_heads, head_dim]
             key = self.k_norm(qkv[:, self.num_heads : num_qk_heads])
             query = apply_rotary(query, cos, sin)
@@ -71,3 +91,24 @@ class PagedSelfAttention(nn.Module):
         k_cache, v_cache = kv_cache
         out = self.backend.forward(query, key, value, k_cache, v_cache, metadata, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
+
+    def _rotate_with_kernel(
+        self,
+        qkv: torch.Tensor,  # [num_tokens, num_heads + 2 * num_kv_heads, head_dim]
+        cos: torch.Tensor,  # [num_tokens, 1, head_dim // 2]
+        sin: torch.Tensor,  # [num_tokens, 1, head_dim // 2]
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # query, key (views of qkv without q/k norm)
+        """(Norm and) rotate q and k in place in one launch; cos/sin rows are per token."""
+        num_tokens = qkv.shape[0]
+        num_qk_heads = self.num_heads + self.num_kv_heads
+        query = qkv[:, : self.num_heads]  # [num_tokens, num_heads, head_dim], rows strided
+        key = qkv[:, self.num_heads : num_qk_heads]  # [num_tokens, num_kv_heads, head_dim]
+        if self.has_qk_norm:
+            query = self.q_norm(query)  # contiguous copies, rotated in place below
+            key = self.k_norm(key)
+        # The gathered cos/sin act as a table with one row per token, indexed by row number.
+        row_ids = torch.arange(num_tokens, device=qkv.device)  # [num_tokens]
+        self._triton_rotary(
+            row_ids, query, key, cos.reshape(num_tokens, -1), sin.reshape(num_tokens, -1)
+        )
+        return query, key

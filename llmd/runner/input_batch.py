@@ -1,7 +1,9 @@
 """Packs a scheduler plan into one flat token batch plus attention metadata.
 
-No padding: every scheduled token of every request is one row, so a prefill chunk of 500
-tokens and 200 one-token decodes cost exactly 700 rows of compute.
+No padding in eager steps: every scheduled token of every request is one row, so a prefill
+chunk of 500 tokens and 200 one-token decodes cost exactly 700 rows of compute. Decode-only
+steps replayed as CUDA graphs are written instead into preallocated buffers and padded to
+the graph's batch size with rows that store nothing and attend to nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ import torch
 
 from llmd.attention.metadata import AttentionMetadata
 from llmd.engine.scheduler_output import SchedulerOutput
+from llmd.errors import require
+
+PADDING_SLOT = -1
+"""KV-cache slot of a padding row: the Triton KV store skips it."""
 
 
 @dataclass
@@ -93,3 +99,131 @@ def build_input_batch(
         logits_indices=torch.tensor(logits_rows, dtype=torch.int64).to(device, non_blocking=True),
         sampling_request_indices=sampling_indices,
     )
+
+
+@dataclass
+class DecodeBuffers:
+    """Preallocated device tensors that decode-only batches are written into, in place.
+
+    A CUDA graph replays with the tensor addresses it was captured with, so each graph reads
+    its inputs from row prefixes of these buffers; block tables are as wide as the longest
+    allowed context (`ceil(max_model_len / block_size)` columns).
+    """
+
+    token_rows: torch.Tensor  # [3, max_num_seqs] int64: input ids, positions, slots
+    seq_lens: torch.Tensor  # [max_num_seqs] int32
+    query_start_loc: torch.Tensor  # [max_num_seqs + 1] int32: always 0, 1, 2, ...
+    block_tables: torch.Tensor  # [max_num_seqs, max_blocks_per_seq] int32
+    logits_indices: torch.Tensor  # [max_num_seqs] int64: always 0, 1, 2, ...
+
+    @classmethod
+    def allocate(
+        cls, max_num_seqs: int, max_blocks_per_seq: int, device: torch.device
+    ) -> DecodeBuffers:
+        """Buffers for up to `max_num_seqs` decodes, every row filled as padding."""
+        # Ids, positions and slots share one tensor, so a step fills all three in one copy.
+        token_rows = torch.zeros(3, max_num_seqs, dtype=torch.int64, device=device)
+        token_rows[2].fill_(PADDING_SLOT)
+        return cls(
+            token_rows=token_rows,
+            seq_lens=torch.zeros(max_num_seqs, dtype=torch.int32, device=device),
+            query_start_loc=torch.arange(max_num_seqs + 1, dtype=torch.int32, device=device),
+            block_tables=torch.zeros(
+                max_num_seqs, max_blocks_per_seq, dtype=torch.int32, device=device
+            ),
+            logits_indices=torch.arange(max_num_seqs, dtype=torch.int64, device=device),
+        )
+
+    @property
+    def max_num_seqs(self) -> int:
+        """Most decodes one batch can hold."""
+        return self.seq_lens.shape[0]
+
+    @property
+    def max_blocks_per_seq(self) -> int:
+        """Block-table columns: the widest table any sequence can have."""
+        return self.block_tables.shape[1]
+
+    def view(self, num_padded_seqs: int, seq_lens_cpu: list[int], num_seqs: int) -> InputBatch:
+        """The first `num_padded_seqs` rows as a decode batch whose first `num_seqs` sample."""
+        metadata = AttentionMetadata(
+            num_decode_seqs=num_padded_seqs,
+            num_prefill_seqs=0,
+            num_tokens=num_padded_seqs,
+            slot_mapping=self.token_rows[2, :num_padded_seqs],
+            query_start_loc=self.query_start_loc[: num_padded_seqs + 1],
+            seq_lens=self.seq_lens[:num_padded_seqs],
+            block_tables=self.block_tables[:num_padded_seqs],
+            max_query_len=1,
+            max_seq_len=max(seq_lens_cpu),
+            query_lens_cpu=[1] * num_padded_seqs,
+            seq_lens_cpu=seq_lens_cpu,
+        )
+        return InputBatch(
+            input_ids=self.token_rows[0, :num_padded_seqs],
+            positions=self.token_rows[1, :num_padded_seqs],
+            metadata=metadata,
+            logits_indices=self.logits_indices[:num_seqs],
+            sampling_request_indices=list(range(num_seqs)),
+        )
+
+    def padding_batch(self, num_padded_seqs: int) -> InputBatch:
+        """Fill the first `num_padded_seqs` rows with padding (for warm-up and capture)."""
+        self.token_rows[:2, :num_padded_seqs].zero_()
+        self.token_rows[2, :num_padded_seqs].fill_(PADDING_SLOT)
+        self.seq_lens[:num_padded_seqs].zero_()
+        return self.view(num_padded_seqs, [0] * num_padded_seqs, num_seqs=0)
+
+
+def build_decode_batch(
+    plan: SchedulerOutput, block_size: int, buffers: DecodeBuffers, num_padded_seqs: int
+) -> InputBatch:
+    """Write a decode-only plan into `buffers` as `num_padded_seqs` rows and return views.
+
+    Rows past the plan's requests are padding: token 0 at position 0, slot -1 (never
+    stored) and context length 0 (attention writes zeros), so they change no state.
+    Block-table columns past a row's own blocks keep stale ids that no kernel reads.
+    """
+    num_seqs = len(plan.chunks)
+    require(
+        0 < num_seqs <= num_padded_seqs <= buffers.max_num_seqs,
+        "num_padded_seqs",
+        f"need 0 < {num_seqs} requests <= {num_padded_seqs} <= {buffers.max_num_seqs} rows",
+    )
+    token_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    seq_lens: list[int] = []
+    tables: list[list[int]] = []
+    for chunk in plan.chunks:
+        require(chunk.is_decode, "plan", "a decode batch holds one-token sampling chunks only")
+        request = chunk.request
+        position = request.num_computed_tokens
+        block_ids = request.block_ids
+        token_ids.append(request.all_token_ids[position])
+        positions.append(position)
+        slots.append(block_ids[position // block_size] * block_size + position % block_size)
+        seq_lens.append(position + 1)
+        tables.append(block_ids)
+    width = max(len(table) for table in tables)
+    require(
+        width <= buffers.max_blocks_per_seq,
+        "plan",
+        f"a block table of {width} blocks exceeds the buffers' {buffers.max_blocks_per_seq}",
+    )
+    num_padding = num_padded_seqs - num_seqs
+    seq_lens += [0] * num_padding
+    token_rows = torch.tensor(
+        [token_ids + [0] * num_padding, positions + [0] * num_padding,
+         slots + [PADDING_SLOT] * num_padding],
+        dtype=torch.int64,
+    )  # fmt: skip
+    padded_tables = [table + [0] * (width - len(table)) for table in tables]
+    buffers.token_rows[:, :num_padded_seqs].copy_(token_rows, non_blocking=True)
+    buffers.seq_lens[:num_padded_seqs].copy_(
+        torch.tensor(seq_lens, dtype=torch.int32), non_blocking=True
+    )
+    buffers.block_tables[:num_seqs, :width].copy_(
+        torch.tensor(padded_tables, dtype=torch.int32), non_blocking=True
+    )
+    return buffers.view(num_padded_seqs, seq_lens, num_seqs)

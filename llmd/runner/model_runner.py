@@ -1,11 +1,13 @@
 """Runs one scheduler plan on the device: pack inputs, forward, sample.
 
 The only place where the scheduler's integer bookkeeping meets tensors; it owns the
-model, the paged KV cache and the sampler, and returns plain token ids.
+model, the paged KV cache, the sampler and (on CUDA) the decode CUDA graphs, and returns
+plain token ids.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,17 +18,29 @@ import torch
 from llmd.attention.backend import create_attention_backend
 from llmd.config import EngineConfig
 from llmd.engine.scheduler_output import SchedulerOutput
+from llmd.layers.kernel_config import KernelConfig, configure_kernels
 from llmd.models.loader import load_model, model_shape
 from llmd.outputs import TokenLogprob
+from llmd.runner.cuda_graphs import (
+    DecodeGraphRunner,
+    estimate_graph_pool_bytes,
+    graph_batch_sizes,
+    graphs_disabled_reason,
+)
 from llmd.runner.device import resolve_device, resolve_dtype
-from llmd.runner.input_batch import build_input_batch
+from llmd.runner.input_batch import DecodeBuffers, build_decode_batch, build_input_batch
 from llmd.runner.kv_cache import (
     GIB,
     allocate_kv_cache,
     kv_bytes_per_block,
     num_blocks_for_budget,
 )
-from llmd.runner.sampler import Sampler, build_sampling_batch
+from llmd.runner.profile_batch import dummy_prefill_batch
+from llmd.runner.sampler import Sampler, SampleRow, SamplingBatch, build_sampling_batch
+from llmd.sampling_params import MAX_LOGPROBS, SamplingParams
+
+logger = logging.getLogger(__name__)
+MIB = 1024**2
 
 
 @dataclass
@@ -41,16 +55,30 @@ class RunnerOutput:
 
 
 class ModelRunner:
-    """Owns the model, KV cache and sampler on one device."""
+    """Owns the model, KV cache, sampler and decode CUDA graphs on one device."""
 
-    def __init__(self, config: EngineConfig, model_path: Path, hf_config: Any) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        model_path: Path,
+        hf_config: Any,
+        max_model_len: int | None = None,
+    ) -> None:
         self.config = config
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         torch.manual_seed(config.seed)
         self.shape = model_shape(hf_config)
+        # The engine's resolved longest context: it sizes the graphs' block tables.
+        self.max_model_len = max_model_len or self.shape.max_model_len
         self.backend = create_attention_backend(config.attention_backend, self.device)
+        # Free device memory before anything of ours is loaded: the KV budget's base.
+        self.free_bytes_at_start = (
+            torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else 0
+        )
         self.model = load_model(model_path, hf_config, self.backend, self.dtype, self.device)
+        self.kernel_config = KernelConfig.for_backend(self.backend.name, self.device)
+        configure_kernels(self.model, self.kernel_config)
         self.block_size = config.block_size
         self.bytes_per_block = kv_bytes_per_block(
             self.shape.num_layers,
@@ -59,6 +87,8 @@ class ModelRunner:
             self.block_size,
             self.dtype,
         )
+        self.graph_batch_sizes = self._decide_graph_batch_sizes()
+        self.graph_reserve_bytes = 0.0  # set aside for graphs when KV is sized by profiling
         self.num_blocks = self._decide_num_blocks()
         self.kv_caches = allocate_kv_cache(
             self.shape.num_layers,
@@ -70,8 +100,27 @@ class ModelRunner:
             self.device,
         )
         self.sampler = Sampler(config.seed)
+        self.graph_runner: DecodeGraphRunner | None = None
+        if self.graph_batch_sizes:
+            self.graph_runner = self._capture_graphs()
 
     # ---------------------------------------------------------------- sizing
+
+    def _max_step_tokens(self) -> int:
+        """Most tokens one step can compute (the engine's scheduler budget)."""
+        if self.config.enable_chunked_prefill:
+            return self.config.max_num_batched_tokens
+        return max(self.config.max_num_batched_tokens, self.max_model_len)
+
+    def _decide_graph_batch_sizes(self) -> list[int]:
+        """Decode batch sizes to capture; empty (with the reason logged) when graphs are off."""
+        reason = graphs_disabled_reason(self.device, self.backend.name, self.config.enforce_eager)
+        if reason is None:
+            return graph_batch_sizes(self.config.max_num_seqs, self._max_step_tokens())
+        if self.device.type == "cuda":
+            log = logger.info if self.config.enforce_eager else logger.warning
+            log("CUDA graphs disabled, decode steps run eagerly: %s", reason)
+        return []
 
     def _decide_num_blocks(self) -> int:
         """Explicit num_blocks, else the CPU budget, else what the GPU has left after profiling."""
@@ -80,46 +129,115 @@ class ModelRunner:
         if self.device.type != "cuda":
             budget_bytes = self.config.kv_cache_memory_gib * GIB
             return num_blocks_for_budget(budget_bytes, self.bytes_per_block)
-        return num_blocks_for_budget(self._profile_free_gpu_bytes(), self.bytes_per_block)
+        num_blocks = num_blocks_for_budget(self._profile_free_gpu_bytes(), self.bytes_per_block)
+        return min(num_blocks, self._max_useful_blocks())
+
+    def _max_useful_blocks(self) -> int:
+        """A cap for budget-sized pools: twice what a full batch of longest requests can hold.
+
+        Beyond that, blocks only lengthen the prefix cache's memory, and a tiny model on a
+        large GPU would otherwise get tens of millions of blocks of bookkeeping.
+        """
+        blocks_per_seq = -(-self.max_model_len // self.block_size)
+        return 2 * self.config.max_num_seqs * blocks_per_seq
 
     def _profile_free_gpu_bytes(self) -> float:
-        """Run a worst-case forward, then give the KV cache what the memory budget leaves."""
+        """Run the worst-case step, then give the KV cache what the memory budget leaves.
+
+        The budget is `gpu_memory_utilization` of the memory that was free when the runner
+        started (so other processes on a shared GPU are respected), less the weights, the
+        peak of the largest prefill step and of sampling a full batch, and a reserve for the
+        CUDA graphs' pool (captured later, once the KV cache exists).
+        """
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(self.device)
-        num_tokens = self.config.max_num_batched_tokens
-        num_blocks = -(-num_tokens // self.block_size)
+        weights_bytes = torch.cuda.memory_allocated(self.device)
+        num_tokens = self._max_step_tokens()
+        # Prompts no longer than max_model_len (positions), each on its own blocks.
+        batch = dummy_prefill_batch(num_tokens, self.block_size, self.device, self.max_model_len)
+        num_prompts = -(-num_tokens // self.max_model_len)
+        num_scratch_blocks = -(-num_tokens // self.block_size) + num_prompts
         scratch_cache = allocate_kv_cache(
-            self.shape.num_layers, num_blocks, self.block_size,
+            self.shape.num_layers, num_scratch_blocks, self.block_size,
             self.shape.num_kv_heads, self.shape.head_dim, self.dtype, self.device,
         )  # fmt: skip
-        from llmd.runner.profile_batch import dummy_prefill_batch
-
-        batch = dummy_prefill_batch(num_tokens, self.block_size, self.device)
+        scratch_bytes = num_scratch_blocks * self.bytes_per_block  # KV: part of the budget
+        num_rows = min(self.config.max_num_seqs, num_tokens)
         with torch.inference_mode():
             hidden = self.model(batch.input_ids, batch.positions, scratch_cache, batch.metadata)
-            self.model.compute_logits(hidden[batch.logits_indices])
+            torch.cuda.synchronize(self.device)
+            forward_peak_bytes = torch.cuda.max_memory_allocated(self.device)
+            logits = self.model.compute_logits(hidden[:num_rows])  # [num_rows, vocab]
+            # A throwaway sampler: profiling must not advance the engine's random state.
+            worst_case = worst_case_sampling_batch(num_rows, self.shape.vocab_size, self.device)
+            Sampler(self.config.seed)(logits, worst_case)
         torch.cuda.synchronize(self.device)
-        peak_bytes = torch.cuda.max_memory_allocated(self.device)
-        del scratch_cache, hidden
+        peak_bytes = torch.cuda.max_memory_allocated(self.device) - scratch_bytes
+        activation_bytes = forward_peak_bytes - scratch_bytes - weights_bytes
+        del scratch_cache, hidden, logits
         torch.cuda.empty_cache()
-        free_bytes, total_bytes = torch.cuda.mem_get_info(self.device)
-        used_by_others = total_bytes - free_bytes - torch.cuda.memory_reserved(self.device)
-        budget = total_bytes * self.config.gpu_memory_utilization - used_by_others - peak_bytes
+        if self.graph_batch_sizes:
+            self.graph_reserve_bytes = estimate_graph_pool_bytes(
+                activation_bytes, num_tokens, self.graph_batch_sizes
+            )
+        budget = (
+            self.free_bytes_at_start * self.config.gpu_memory_utilization
+            - peak_bytes
+            - self.graph_reserve_bytes
+        )
+        logger.info(
+            "memory profile: weights %.0f MiB, step peak %.0f MiB, graph reserve %.0f MiB, "
+            "KV budget %.0f MiB",
+            weights_bytes / MIB, (peak_bytes - weights_bytes) / MIB,
+            self.graph_reserve_bytes / MIB, budget / MIB,
+        )  # fmt: skip
         return max(budget, 0.0)
+
+    def _capture_graphs(self) -> DecodeGraphRunner:
+        """Capture one decode graph per batch size over the allocated KV cache."""
+        max_blocks_per_seq = -(-self.max_model_len // self.block_size)
+        buffers = DecodeBuffers.allocate(
+            max(self.graph_batch_sizes), max_blocks_per_seq, self.device
+        )
+        runner = DecodeGraphRunner(self.model, self.kv_caches, buffers, self.graph_batch_sizes)
+        stats = runner.capture()
+        logger.info(
+            "captured %d CUDA graphs (decode batches of %d to %d) in %.1f s using %.0f MiB",
+            stats.num_graphs, min(self.graph_batch_sizes), max(self.graph_batch_sizes),
+            stats.seconds, stats.device_bytes / MIB,
+        )  # fmt: skip
+        if self.graph_reserve_bytes and stats.device_bytes > self.graph_reserve_bytes:
+            logger.warning(
+                "CUDA graphs use %.0f MiB, more than the %.0f MiB reserved before sizing the "
+                "KV cache; lower gpu_memory_utilization if steps run out of memory",
+                stats.device_bytes / MIB, self.graph_reserve_bytes / MIB,
+            )  # fmt: skip
+        return runner
 
     # ---------------------------------------------------------------- step
 
     @torch.inference_mode()
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
-        """Compute the plan's tokens and sample one token per sampling chunk."""
+        """Compute the plan's tokens and sample one token per sampling chunk.
+
+        Decode-only plans that fit a captured bucket replay its CUDA graph over padded
+        static buffers; every other plan runs eagerly on an unpadded batch.
+        """
         start = time.perf_counter()
-        batch = build_input_batch(plan, self.block_size, self.device)
+        graph_size = None
+        if self.graph_runner is not None:
+            graph_size = self.graph_runner.graph_batch_size_for(plan)
+        if graph_size is None:
+            batch = build_input_batch(plan, self.block_size, self.device)
+        else:
+            batch = build_decode_batch(plan, self.block_size, self.graph_runner.buffers, graph_size)
         sampling_requests = [plan.chunks[i].request for i in batch.sampling_request_indices]
-        sampling_batch = build_sampling_batch(
-            sampling_requests, self.shape.vocab_size, self.device
-        )
+        sampling_batch = build_sampling_batch(sampling_requests, self.shape.vocab_size, self.device)
         prepared = time.perf_counter()
-        hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.metadata)
+        if graph_size is None:
+            hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.metadata)
+        else:
+            hidden = self.graph_runner.replay(graph_size)  # [graph_size, hidden]; padding last
         logits = self.model.compute_logits(hidden[batch.logits_indices])  # [num_sampling, vocab]
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # attribute GPU time to the forward, honestly
@@ -139,3 +257,15 @@ class ModelRunner:
             forward_s=forwarded - prepared,
             sample_s=sampled - forwarded,
         )
+
+
+def worst_case_sampling_batch(
+    num_rows: int, vocab_size: int, device: torch.device
+) -> SamplingBatch:
+    """Rows using every memory-hungry sampling feature: full sort, penalties, logprobs."""
+    params = SamplingParams(
+        temperature=1.0, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
+        presence_penalty=0.5, frequency_penalty=0.5, logprobs=MAX_LOGPROBS,
+    )  # fmt: skip
+    row = SampleRow(params, prompt_token_ids=[0], output_token_ids=[0])
+    return build_sampling_batch([row] * num_rows, vocab_size, device)

@@ -14,12 +14,23 @@ from llmd.runner.input_batch import InputBatch, build_input_batch
 from llmd.sampling_params import SamplingParams
 
 
-def dummy_prefill_batch(num_tokens: int, block_size: int, device: torch.device) -> InputBatch:
-    """One prefill chunk of `num_tokens` zeros over blocks 0..n-1, sampling its last token."""
-    request = Request("profile", [0] * num_tokens, SamplingParams(max_tokens=1))
-    request.block_ids = list(range(-(-num_tokens // block_size)))
-    plan = SchedulerOutput(
-        chunks=[ScheduledChunk(request, num_tokens, is_sampling=True)],
-        num_prefill_tokens=num_tokens,
-    )
+def dummy_prefill_batch(
+    num_tokens: int, block_size: int, device: torch.device, max_seq_len: int | None = None
+) -> InputBatch:
+    """`num_tokens` zeros as prompts of at most `max_seq_len` tokens, each sampling its last.
+
+    Prompts never exceed `max_seq_len` (the model's positions); they sit on consecutive
+    blocks 0..n-1, prompt after prompt.
+    """
+    max_seq_len = max_seq_len or num_tokens
+    chunks = []
+    next_block = 0
+    for first in range(0, num_tokens, max_seq_len):
+        num_prompt_tokens = min(max_seq_len, num_tokens - first)
+        num_blocks = -(-num_prompt_tokens // block_size)
+        request = Request(f"profile-{first}", [0] * num_prompt_tokens, SamplingParams(max_tokens=1))
+        request.block_ids = list(range(next_block, next_block + num_blocks))
+        next_block += num_blocks
+        chunks.append(ScheduledChunk(request, num_prompt_tokens, is_sampling=True))
+    plan = SchedulerOutput(chunks=chunks, num_prefill_tokens=num_tokens)
     return build_input_batch(plan, block_size, device)

@@ -55,14 +55,14 @@ def _token_ids(llm: LLM, prompts) -> list[list[int]]:
 
 def test_each_request_alone(arch_case):
     path, prompts, expected = arch_case
-    llm = LLM(str(path), num_blocks=64, block_size=4, enable_prefix_caching=False)
+    llm = LLM(str(path), device="cpu", num_blocks=64, block_size=4, enable_prefix_caching=False)
     for prompt, want in zip(prompts, expected):
         assert _token_ids(llm, [prompt]) == [want]
 
 
 def test_all_batched_with_prefix_cache(arch_case):
     path, prompts, expected = arch_case
-    llm = LLM(str(path), num_blocks=256, block_size=4)
+    llm = LLM(str(path), device="cpu", num_blocks=256, block_size=4)
     assert _token_ids(llm, prompts) == expected
     # Run again: now the prompts hit the prefix cache and must still match exactly.
     assert _token_ids(llm, prompts) == expected
@@ -72,13 +72,13 @@ def test_all_batched_with_prefix_cache(arch_case):
 
 def test_chunked_prefill_small_budget(arch_case):
     path, prompts, expected = arch_case
-    llm = LLM(str(path), num_blocks=256, block_size=4, max_num_batched_tokens=7)
+    llm = LLM(str(path), device="cpu", num_blocks=256, block_size=4, max_num_batched_tokens=7)
     assert _token_ids(llm, prompts) == expected
 
 
 def test_preemption_tiny_pool(arch_case):
     path, prompts, expected = arch_case
     # 40 blocks of 4 tokens = 160 slots for ~260 tokens of concurrent demand.
-    llm = LLM(str(path), num_blocks=40, block_size=4, max_num_batched_tokens=32)
+    llm = LLM(str(path), device="cpu", num_blocks=40, block_size=4, max_num_batched_tokens=32)
     assert _token_ids(llm, prompts) == expected
     assert llm.engine.scheduler.num_preemptions > 0

@@ -12,7 +12,7 @@ from llmd.errors import InvalidParameterError, RequestRejectedError
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
-    return LLM(str(tiny_model_dir), num_blocks=128, block_size=8, max_model_len=256)
+    return LLM(str(tiny_model_dir), device="cpu", num_blocks=128, block_size=8, max_model_len=256)
 
 
 def test_outputs_in_input_order_with_text_and_metrics(llm):

@@ -13,6 +13,9 @@ from llmd import LLM, SamplingParams
 pytest.importorskip("triton")
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="interpreter mode is off on CUDA machines; see tests/runner"
+)
 def test_triton_backend_greedy_matches_hf(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
@@ -29,7 +32,7 @@ def test_triton_backend_greedy_matches_hf(tiny_model_dir):
     # Block size 4 with a budget of 6 tokens: several blocks, chunked prefill over a
     # cached prefix, and mixed decode + prefill steps all go through the Triton kernels.
     llm = LLM(
-        str(tiny_model_dir), attention_backend="triton", num_blocks=32, block_size=4,
+        str(tiny_model_dir), device="cpu", attention_backend="triton", num_blocks=32, block_size=4,
         max_num_batched_tokens=6,
     )  # fmt: skip
     assert llm.engine.runner.backend.name == "triton"

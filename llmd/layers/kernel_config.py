@@ -1,0 +1,57 @@
+"""Which implementation the layers run: plain torch ops or llmd's fused Triton kernels.
+
+Model code is the same for every backend: the runner decides once, after building the
+model, and hands the choice to each layer instance, so no global or class state changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from llmd.errors import InvalidParameterError
+from llmd.kernels import is_triton_available
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """The layers' kernel choice; the default (plain torch) runs on any device."""
+
+    use_triton: bool = False
+    """Fused Triton kernels for RMSNorm (with residual add), rotary and SiLU-and-mul."""
+
+    @classmethod
+    def for_backend(cls, attention_backend: str, device: torch.device) -> KernelConfig:
+        """Triton layer kernels exactly when attention runs on the Triton backend on CUDA."""
+        return cls(use_triton=attention_backend == "triton" and device.type == "cuda")
+
+
+@runtime_checkable
+class KernelConfigurable(Protocol):
+    """A layer that can switch between torch ops and Triton kernels."""
+
+    def use_kernel_config(self, config: KernelConfig) -> None:
+        """Run this layer's math with the kernels `config` selects from now on."""
+
+
+def configure_kernels(model: nn.Module, config: KernelConfig) -> int:
+    """Hand `config` to every layer of `model` that can switch kernels; return how many.
+
+    Raises if Triton kernels are requested but triton is not installed, rather than
+    silently running the slower torch path.
+    """
+    if config.use_triton and not is_triton_available():
+        raise InvalidParameterError(
+            "Triton layer kernels were requested but triton is not installed "
+            "(pip install triton, or use attention_backend=torch)",
+            "attention_backend",
+        )
+    num_configured = 0
+    for module in model.modules():
+        if isinstance(module, KernelConfigurable):
+            module.use_kernel_config(config)
+            num_configured += 1
+    return num_configured
