@@ -105,3 +105,62 @@ def must_dot_in_fp32(dtype: torch.dtype) -> bool:
     if dtype == torch.float32:
         return True
     return dtype == torch.bfloat16 and is_interpreter_enabled()
+
+
+MAX_ATTENTION_HEAD_DIM = 256
+"""Largest head dimension the attention kernels' tiles are sized for."""
+
+
+def check_paged_attention_inputs(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    out: torch.Tensor | None,
+    extra_tensors: dict[str, torch.Tensor] | None = None,
+    num_seqs: int | None = None,
+) -> None:
+    """The contract shared by the paged decode and prefill kernels: query, paged caches,
+    block tables, lengths, scale and output; `extra_tensors` join the same-device check,
+    and `num_seqs`, when known, fixes the block tables' rows."""
+    tensors = {"query": query, "k_cache": k_cache, "v_cache": v_cache}
+    tensors |= {"block_tables": block_tables, "seq_lens": seq_lens, **(extra_tensors or {})}
+    for name, value in tensors.items():
+        check_tensor(value, name)
+    check_dtype(query, "query", FLOAT_DTYPES)
+    check_shape(query, "query", (None, None, None))
+    num_heads, head_dim = query.shape[1], query.shape[2]
+    check_shape(k_cache, "k_cache", (None, None, None, head_dim))
+    check_same_dtype(k_cache, "k_cache", query.dtype)
+    check_shape(v_cache, "v_cache", tuple(k_cache.shape))
+    check_same_dtype(v_cache, "v_cache", query.dtype)
+    num_kv_heads = k_cache.shape[2]
+    require(num_kv_heads > 0, "k_cache", "must have at least one KV head")
+    require(
+        num_heads % num_kv_heads == 0,
+        "query",
+        f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})",
+    )
+    require(
+        0 < head_dim <= MAX_ATTENTION_HEAD_DIM,
+        "query",
+        f"head_dim must be in [1, {MAX_ATTENTION_HEAD_DIM}]",
+    )
+    check_dtype(block_tables, "block_tables", INDEX_DTYPES)
+    check_shape(block_tables, "block_tables", (num_seqs, None))
+    check_dtype(seq_lens, "seq_lens", INDEX_DTYPES)
+    check_shape(seq_lens, "seq_lens", (block_tables.shape[0],))
+    check_contiguous(seq_lens, "seq_lens")
+    for name in ("query", "k_cache", "v_cache", "block_tables"):
+        check_last_dim_contiguous(tensors[name], name)
+    if out is not None:
+        check_tensor(out, "out")
+        check_shape(out, "out", tuple(query.shape))
+        check_same_dtype(out, "out", query.dtype)
+        check_last_dim_contiguous(out, "out")
+        tensors["out"] = out
+    check_devices(tensors)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise InvalidParameterError(f"must be a positive float, got {scale!r}", "scale")

@@ -11,23 +11,18 @@ import torch
 import triton
 import triton.language as tl
 
-from llmd.errors import InvalidParameterError, require
+from llmd.errors import require
 from llmd.kernels.checks import (
-    FLOAT_DTYPES,
     INDEX_DTYPES,
     check_contiguous,
-    check_devices,
     check_dtype,
-    check_last_dim_contiguous,
-    check_same_dtype,
+    check_paged_attention_inputs,
     check_shape,
-    check_tensor,
     must_dot_in_fp32,
     next_power_of_2,
 )
 
 LOG2_E = 1.4426950408889634
-MAX_HEAD_DIM = 256
 
 
 @triton.jit
@@ -203,54 +198,13 @@ def _launch_config(
 
 def _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, out):
     """Raise a typed error for any input that breaks the kernel's contract."""
-    for name, value in (
-        ("query", query),
-        ("k_cache", k_cache),
-        ("v_cache", v_cache),
-        ("block_tables", block_tables),
-        ("seq_lens", seq_lens),
-        ("query_start_loc", query_start_loc),
-    ):
-        check_tensor(value, name)
-    check_dtype(query, "query", FLOAT_DTYPES)
-    check_shape(query, "query", (None, None, None))
-    _, num_heads, head_dim = query.shape
-    check_shape(k_cache, "k_cache", (None, None, None, head_dim))
-    check_same_dtype(k_cache, "k_cache", query.dtype)
-    check_shape(v_cache, "v_cache", tuple(k_cache.shape))
-    check_same_dtype(v_cache, "v_cache", query.dtype)
-    num_kv_heads = k_cache.shape[2]
-    require(num_kv_heads > 0, "k_cache", "must have at least one KV head")
-    require(
-        num_heads % num_kv_heads == 0,
-        "query",
-        f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})",
-    )
-    require(0 < head_dim <= MAX_HEAD_DIM, "query", f"head_dim must be in [1, {MAX_HEAD_DIM}]")
-    check_dtype(block_tables, "block_tables", INDEX_DTYPES)
-    check_shape(block_tables, "block_tables", (None, None))
-    num_seqs = block_tables.shape[0]
-    check_dtype(seq_lens, "seq_lens", INDEX_DTYPES)
-    check_shape(seq_lens, "seq_lens", (num_seqs,))
+    check_paged_attention_inputs(
+        query, k_cache, v_cache, block_tables, seq_lens, scale, out,
+        extra_tensors={"query_start_loc": query_start_loc},
+    )  # fmt: skip
     check_dtype(query_start_loc, "query_start_loc", INDEX_DTYPES)
-    check_shape(query_start_loc, "query_start_loc", (num_seqs + 1,))
-    check_contiguous(seq_lens, "seq_lens")
+    check_shape(query_start_loc, "query_start_loc", (block_tables.shape[0] + 1,))
     check_contiguous(query_start_loc, "query_start_loc")
-    for name, tensor in (("query", query), ("k_cache", k_cache), ("v_cache", v_cache)):
-        check_last_dim_contiguous(tensor, name)
-    check_last_dim_contiguous(block_tables, "block_tables")
-    tensors = {"query": query, "k_cache": k_cache, "v_cache": v_cache}
-    tensors |= {"block_tables": block_tables, "seq_lens": seq_lens}
-    tensors["query_start_loc"] = query_start_loc
-    if out is not None:
-        check_tensor(out, "out")
-        check_shape(out, "out", tuple(query.shape))
-        check_same_dtype(out, "out", query.dtype)
-        check_last_dim_contiguous(out, "out")
-        tensors["out"] = out
-    check_devices(tensors)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        raise InvalidParameterError(f"must be a positive float, got {scale!r}", "scale")
 
 
 def prefill_attention(
