@@ -43,6 +43,7 @@ def run_generate(
             click.echo(click.style(f"--- [{index}] {prompts[index]!r}", bold=True))
             click.echo(output.text)
     if show_stats:
+        sys.stdout.flush()  # stats go to stderr: keep them after the text
         for index, output in enumerate(outputs):
             metrics = output.metrics
             click.echo(
