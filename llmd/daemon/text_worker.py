@@ -182,7 +182,14 @@ class TextWorker:
                 self._finish(live, update.request)
             return
         live.output_token_ids.extend(update.new_token_ids)
-        delta = live.detokenizer.update(update.new_token_ids)
+        request = update.request  # once is_finished, the engine no longer mutates it
+        # A final EOS or stop token id ends generation but is not part of the text.
+        ended_on_token = (
+            update.is_finished
+            and request.finish_reason is FinishReason.STOP
+            and not isinstance(request.stop_reason, str)
+        )
+        delta = live.detokenizer.update(update.new_token_ids, exclude_last=ended_on_token)
         text = delta.text
         new_logprobs = [_logprob_dict(lp) for lp in update.new_logprobs or ()]
         if live.logprobs is not None:

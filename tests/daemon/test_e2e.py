@@ -118,6 +118,21 @@ def test_stop_string_ends_the_text_like_offline(served, offline):
     assert finished.token_ids == expected.token_ids
 
 
+def test_stop_token_id_is_kept_in_ids_but_not_in_text_like_offline(served, offline):
+    greedy = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    stop_id = offline.generate([PROMPTS[0]], greedy)[0].token_ids[3]
+    params = SamplingParams(
+        temperature=0.0, max_tokens=16, ignore_eos=True, stop_token_ids=(stop_id,),
+        skip_special_tokens=False,
+    )  # fmt: skip
+    expected = offline.generate([PROMPTS[0]], params)[0]
+    with Client(served.address) as client:
+        text, _, finished = _streamed(client, PROMPTS[0], params)
+    assert (finished.finish_reason, finished.stop_reason) == ("stop", stop_id)
+    assert finished.token_ids == expected.token_ids and finished.token_ids[-1] == stop_id
+    assert text == expected.text
+
+
 def test_64_concurrent_clients_get_exactly_max_tokens(served):
     rng = random.Random(0)
     wanted = [rng.randint(4, 16) for _ in range(64)]
