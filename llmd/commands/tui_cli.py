@@ -1,0 +1,118 @@
+"""`llmd chat` and `llmd top`: the terminal clients of a running daemon.
+
+Registered into the `llmd` group by llmd.cli; only click is imported at module scope and
+the apps import Textual and the client, never torch, so both start in well under a second.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from llmd.commands.daemon_cli import ADDRESS_HELP
+
+CHAT_CHECK_TIMEOUT_S = 3.0
+"""How long `llmd chat` waits for the daemon's health reply before giving up."""
+TOP_SILENCE_FACTOR = 8
+"""`llmd top` treats this many missed snapshot intervals (at least 2 s) as a lost daemon."""
+
+
+def register(main: click.Group) -> None:
+    """Add the terminal-app commands to the `llmd` group."""
+    main.add_command(chat)
+    main.add_command(top)
+
+
+def _fail(error: Exception) -> click.ClickException:
+    return click.ClickException(f"{getattr(error, 'code', 'error')}: {error}")
+
+
+@click.command()
+@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option(
+    "-p", "--prompt", default=None, help="Ask one question, print the reply to stdout, exit."
+)
+@click.option("--system", "system_prompt", default=None, help="System prompt.")
+@click.option("--temperature", "-t", type=float, default=None, help="Sampling temperature [0.7].")
+@click.option("--top-p", type=float, default=None, help="Nucleus sampling mass [0.95].")
+@click.option("--max-tokens", type=int, default=None, help="Most tokens per reply [512].")
+@click.option("--seed", type=int, default=None, help="Sampling seed (reproducible replies).")
+@click.option("--stats", is_flag=True, help="One-shot: print the reply's stats to stderr.")
+def chat(address: str | None, prompt: str | None, system_prompt: str | None, stats: bool,
+         **settings: Any) -> None:  # fmt: skip
+    """Chat with the daemon's model (one-shot with -p or when stdin is not a terminal).
+
+    \b
+    Keys: Enter sends, Esc or Ctrl+C stops a reply, Up/Down browse prompts, Ctrl+Q quits.
+    Commands: /clear, /system TEXT, /set NAME VALUE, /stats, /help, /quit.
+    """
+    from llmd.client import Client, DaemonNotRunningError
+    from llmd.errors import LLMDError
+    from llmd.protocol import default_address
+
+    address = address or default_address()
+    try:
+        params = _chat_params(settings)
+    except LLMDError as error:
+        raise _fail(error) from None
+    if prompt is None and not sys.stdin.isatty():
+        prompt = sys.stdin.read().strip()
+        if not prompt:
+            raise click.ClickException("no prompt: stdin was empty")
+    if prompt is not None:
+        from llmd.tui.chat.oneshot import run_once
+
+        with Client(address) as client:
+            code = run_once(
+                client, prompt, params, sys.stdout, sys.stderr, system_prompt, show_stats=stats
+            )
+        sys.exit(code)
+    try:
+        with Client(address, timeout=CHAT_CHECK_TIMEOUT_S) as client:
+            client.health()
+    except DaemonNotRunningError as error:
+        raise _fail(error) from None
+    from llmd.client import AsyncClient
+    from llmd.tui.chat.app import create_chat_app
+
+    create_chat_app(AsyncClient(address), address, system_prompt, params).run()
+
+
+def _chat_params(settings: dict[str, Any]):
+    """The chat's default sampling settings with the flags given on the command line."""
+    import dataclasses
+
+    from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS
+
+    given = {name: value for name, value in settings.items() if value is not None}
+    return dataclasses.replace(DEFAULT_CHAT_PARAMS, **given)
+
+
+@click.command()
+@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.05, 60.0),
+    default=0.25,
+    show_default=True,
+    help="Seconds between stats snapshots.",
+)
+def top(address: str | None, interval: float) -> None:
+    """Watch the daemon live: queues, KV cache, throughput, latency, requests, hints.
+
+    \b
+    Keys: q quits, p pauses, s changes the sort, Up/Down (or j/k) select a request.
+    """
+    from llmd.client import AsyncClient
+    from llmd.protocol import default_address
+    from llmd.tui.top.app import create_top_app
+
+    address = address or default_address()
+    silence_s = max(2.0, TOP_SILENCE_FACTOR * interval)
+
+    def client_factory() -> AsyncClient:
+        return AsyncClient(address, timeout=silence_s)
+
+    create_top_app(client_factory, address, interval).run()

@@ -1,0 +1,329 @@
+"""`llmd chat`: a conversation pinned to the bottom, a prompt line, replies streamed as Markdown.
+
+A worker streams each reply from the daemon and only posts messages; the handlers below
+own the conversation state and the widgets, so a stopped reply can never be half-updated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, Input, Static
+from textual.worker import Worker
+
+from llmd.client import Accepted, Finished, PrefillProgress, TokenDelta
+from llmd.errors import LLMDError
+from llmd.sampling_params import SamplingParams
+from llmd.tui.chat.assistant_reply import AssistantReply
+from llmd.tui.chat.commands import COMMAND_HELP, is_command, parse_command, unescape_prompt
+from llmd.tui.chat.conversation import Conversation
+from llmd.tui.chat.events import (
+    DaemonInfo,
+    ReplyAccepted,
+    ReplyDelta,
+    ReplyFailed,
+    ReplyFinished,
+    ReplyPrefill,
+    StatsFetched,
+)
+from llmd.tui.chat.history import PromptHistory
+from llmd.tui.chat.notice import Notice
+from llmd.tui.chat.prompt_input import PromptInput
+from llmd.tui.chat.reply_stats import format_reply_stats
+from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS, apply_setting, describe
+from llmd.tui.chat.user_message import UserMessage
+from llmd.tui.formatting import printable
+
+ABORT_GRACE_S = 3.0
+"""After Esc, how long the daemon has to confirm the abort before the stream is dropped."""
+KEYS_HELP = "Enter sends · Esc or Ctrl+C stops a reply · ↑/↓ prompt history · Ctrl+Q quits"
+
+
+def describe_error(error: Exception) -> str:
+    """'code: message' for typed llmd errors, the text otherwise."""
+    code = getattr(error, "code", None)
+    return f"{code}: {error}" if code else str(error)
+
+
+class ChatApp(App):
+    """A chat with the model served by one llmd daemon."""
+
+    CSS_PATH = "chat.tcss"
+    TITLE = "llmd chat"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "stop_reply", "Stop reply"),
+        Binding("ctrl+c", "interrupt", "Stop / quit", priority=True),
+        Binding("ctrl+l", "clear", "Clear"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(self, client: Any, address: str, conversation: Conversation) -> None:
+        super().__init__()
+        self.client = client
+        """An AsyncClient (or a fake with the same stream/abort/health/stats/close)."""
+        self.address = address
+        self.conversation = conversation
+        self.history = PromptHistory()
+        self.model_name = "?"
+        self.reply_number = 0
+        """Number of the newest reply; events of older replies are ignored."""
+        self.active_reply: AssistantReply | None = None
+        self.active_client_id: str | None = None
+        self._reply_worker: Worker | None = None
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="status", markup=False)
+        yield VerticalScroll(id="conversation")
+        yield PromptInput(self.history, id="prompt", placeholder="Message the model, or /help")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.query_one("#conversation", VerticalScroll).anchor()
+        self.query_one("#prompt", PromptInput).focus()
+        self._update_status()
+        await self._add(Notice(f"Connected to {self.address}. {KEYS_HELP}. /help for commands."))
+        self._fetch_health()
+
+    def _update_status(self, activity: str = "") -> None:
+        parts = [self.model_name, describe(self.conversation.params)]
+        if self.conversation.system_prompt:
+            parts.append("system prompt set")
+        if activity:
+            parts.append(activity)
+        self.query_one("#status", Static).update(" │ ".join(parts))
+
+    async def _add(self, widget: Any) -> None:
+        await self.query_one("#conversation", VerticalScroll).mount(widget)
+
+    # ------------------------------------------------------------------ input
+
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        event.input.value = ""
+        if not text:
+            return
+        self.history.add(text)
+        if is_command(text):
+            await self._run_command(text)
+        else:
+            await self.send_prompt(unescape_prompt(text))
+
+    async def send_prompt(self, prompt: str) -> None:
+        """Show the prompt and start streaming its reply."""
+        if self.conversation.is_waiting:
+            await self._add(Notice("A reply is still streaming: Esc stops it.", is_error=True))
+            return
+        messages = self.conversation.begin(prompt)
+        self.reply_number += 1
+        self.active_reply = AssistantReply(self.reply_number)
+        self.active_client_id = None
+        await self._add(UserMessage(printable(prompt), classes="prompt"))
+        await self._add(self.active_reply)
+        self._update_status("generating…")
+        params = self.conversation.params
+        self._reply_worker = self._stream_reply(self.reply_number, messages, params)
+
+    async def _run_command(self, text: str) -> None:
+        try:
+            command = parse_command(text)
+            if command.name == "clear":
+                await self.action_clear()
+            elif command.name == "system":
+                self.conversation.system_prompt = command.argument or None
+                shown = f"set to: {command.argument}" if command.argument else "removed"
+                await self._add(Notice(f"System prompt {shown}. It applies from the next reply."))
+            elif command.name == "set":
+                name, value = command.argument.split()
+                self.conversation.params = apply_setting(self.conversation.params, name, value)
+                await self._add(Notice(f"Settings: {describe(self.conversation.params)}"))
+            elif command.name == "stats":
+                self._fetch_stats()
+            elif command.name == "help":
+                await self._add(Notice("\n".join([*COMMAND_HELP.values(), KEYS_HELP])))
+            elif command.name == "quit":
+                self.exit()
+        except LLMDError as error:
+            await self._add(Notice(describe_error(error), is_error=True))
+        self._update_status("generating…" if self.conversation.is_waiting else "")
+
+    # ------------------------------------------------------------------ actions
+
+    async def action_stop_reply(self) -> None:
+        """Stop the reply: ask the daemon to abort, and drop the stream if it does not answer."""
+        if not self.conversation.is_waiting:
+            return
+        number = self.reply_number
+        if self.active_client_id is None:
+            await self._end_reply_locally(number, "stopped before the daemon accepted it")
+            return
+        self._update_status("stopping…")
+        self._send_abort(self.active_client_id)
+        self.set_timer(ABORT_GRACE_S, lambda: self._abort_timed_out(number))
+
+    async def action_interrupt(self) -> None:
+        """Ctrl+C: stop a streaming reply, or quit when there is none."""
+        if self.conversation.is_waiting:
+            await self.action_stop_reply()
+        else:
+            self.exit()
+
+    async def action_clear(self) -> None:
+        """Forget the conversation and empty the screen (drops a streaming reply)."""
+        if self.conversation.is_waiting and self._reply_worker is not None:
+            self._reply_worker.cancel()  # closing its stream aborts the request
+        self.active_reply = None
+        self.conversation.clear()
+        await self.query_one("#conversation", VerticalScroll).remove_children()
+        await self._add(Notice("Conversation cleared."))
+
+    async def _abort_timed_out(self, number: int) -> None:
+        if self.conversation.is_waiting and number == self.reply_number:
+            await self._end_reply_locally(number, "stopped (the daemon did not confirm the abort)")
+
+    async def _end_reply_locally(self, number: int, reason: str) -> None:
+        """Cancel the stream worker (closing the stream aborts the request) and finish."""
+        if self._reply_worker is not None:
+            self._reply_worker.cancel()
+        reply = self.active_reply
+        if reply is not None and reply.reply_number == number:
+            await reply.finish(reason)
+            self.conversation.complete(reply.text)
+        else:
+            self.conversation.cancel()
+        self.active_reply = None
+        self._update_status()
+
+    # ------------------------------------------------------------------ workers
+
+    @work(group="reply", exclusive=True)
+    async def _stream_reply(
+        self, number: int, messages: list[dict[str, str]], params: SamplingParams
+    ) -> None:
+        """Stream one reply, posting an event per daemon message."""
+        try:
+            stream = self.client.stream(messages=messages, params=params)
+            async with contextlib.aclosing(stream) as events:
+                async for event in events:
+                    if isinstance(event, Accepted):
+                        self.post_message(
+                            ReplyAccepted(
+                                number, event.id, event.request_id, event.num_prompt_tokens
+                            )
+                        )
+                    elif isinstance(event, PrefillProgress):
+                        self.post_message(
+                            ReplyPrefill(number, event.num_computed_tokens, event.num_prompt_tokens)
+                        )
+                    elif isinstance(event, TokenDelta):
+                        if event.text:
+                            self.post_message(ReplyDelta(number, event.text))
+                    elif isinstance(event, Finished):
+                        self.post_message(ReplyFinished(number, event))
+        except Exception as error:  # typed daemon errors, or the daemon going away
+            self.post_message(ReplyFailed(number, error))
+
+    @work(group="abort")
+    async def _send_abort(self, client_id: str) -> None:
+        with contextlib.suppress(Exception):  # a lost daemon is caught by the stream itself
+            await self.client.abort(client_id)
+
+    @work(group="info", exclusive=True)
+    async def _fetch_health(self) -> None:
+        try:
+            self.post_message(DaemonInfo(await self.client.health()))
+        except Exception as error:
+            self.post_message(DaemonInfo(None, error))
+
+    @work(group="stats", exclusive=True)
+    async def _fetch_stats(self) -> None:
+        try:
+            snapshot = await self.client.stats(include_requests=False, include_block_map=False)
+            self.post_message(StatsFetched(snapshot))
+        except Exception as error:
+            self.post_message(StatsFetched(None, error))
+
+    # ------------------------------------------------------------------ worker events
+
+    def _current(self, number: int) -> AssistantReply | None:
+        reply = self.active_reply
+        return reply if reply is not None and reply.reply_number == number else None
+
+    def on_reply_accepted(self, event: ReplyAccepted) -> None:
+        reply = self._current(event.reply_number)
+        if reply is not None:
+            self.active_client_id = event.client_id
+            reply.show_status(f"{event.request_id}: {event.num_prompt_tokens} prompt tokens queued")
+
+    def on_reply_prefill(self, event: ReplyPrefill) -> None:
+        reply = self._current(event.reply_number)
+        if reply is not None:
+            reply.show_status(
+                f"prefill {event.num_computed_tokens}/{event.num_prompt_tokens} prompt tokens"
+            )
+
+    async def on_reply_delta(self, event: ReplyDelta) -> None:
+        reply = self._current(event.reply_number)
+        if reply is not None:
+            if not reply.text:
+                reply.show_status("streaming…")
+            await reply.append(event.text, printable(event.text))
+
+    async def on_reply_finished(self, event: ReplyFinished) -> None:
+        reply = self._current(event.reply_number)
+        if reply is None:
+            return
+        finished = event.finished
+        stats = format_reply_stats(
+            finished.finish_reason, finished.usage, finished.timings, finished.num_preemptions
+        )
+        await reply.finish(stats)
+        self.conversation.complete(reply.text, finished.usage)
+        self.active_reply = None
+        self._update_status()
+
+    async def on_reply_failed(self, event: ReplyFailed) -> None:
+        reply = self._current(event.reply_number)
+        if reply is None:
+            return
+        await reply.finish("failed")
+        self.conversation.cancel()
+        self.active_reply = None
+        await self._add(Notice(describe_error(event.error), is_error=True))
+        self._update_status()
+
+    async def on_daemon_info(self, event: DaemonInfo) -> None:
+        if event.health is None:
+            await self._add(Notice(describe_error(event.error), is_error=True))
+            return
+        self.model_name = event.health.get("model", "?")
+        self._update_status("generating…" if self.conversation.is_waiting else "")
+
+    async def on_stats_fetched(self, event: StatsFetched) -> None:
+        if event.snapshot is None:
+            await self._add(Notice(describe_error(event.error), is_error=True))
+            return
+        from llmd.commands.daemon_cli import format_status, status_report
+
+        lines = [format_status(status_report(event.snapshot)), "", self.conversation.summary()]
+        await self._add(Notice("\n".join(lines)))
+
+    async def on_unmount(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.client.close()
+
+
+def create_chat_app(
+    client: Any,
+    address: str,
+    system_prompt: str | None = None,
+    params: SamplingParams = DEFAULT_CHAT_PARAMS,
+) -> ChatApp:
+    """The chat app; the CLI passes an AsyncClient, tests a fake with the same methods."""
+    return ChatApp(client, address, Conversation(system_prompt, params))

@@ -1,0 +1,149 @@
+"""`llmd top`: the panels, the key bindings, and the handlers that feed snapshots to the model.
+
+The feed worker only fills a one-snapshot slot and posts messages; the handlers here move
+snapshots into the headless TopModel and redraw every panel from its single TopView.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.widgets import Footer
+
+from llmd.tui.top.events import FeedLive, FeedLost, SnapshotReady
+from llmd.tui.top.feed import SnapshotFeed
+from llmd.tui.top.model import TopModel
+from llmd.tui.top.panels.base import Panel
+from llmd.tui.top.panels.efficiency import EfficiencyPanel
+from llmd.tui.top.panels.header import HeaderPanel
+from llmd.tui.top.panels.hints import HintsPanel
+from llmd.tui.top.panels.kv_cache import KVCachePanel
+from llmd.tui.top.panels.latency import LatencyPanel
+from llmd.tui.top.panels.queue import QueuePanel
+from llmd.tui.top.panels.requests import RequestsPanel
+from llmd.tui.top.panels.steps import StepsPanel
+from llmd.tui.top.panels.throughput import ThroughputPanel
+from llmd.tui.top.panels.timeline import TimelinePanel
+
+DEFAULT_INTERVAL_S = 0.25
+CLOCK_TICK_S = 1.0
+"""How often the header's link state is redrawn while no snapshot arrives."""
+
+
+class TopApp(App):
+    """A live monitor of one llmd daemon."""
+
+    CSS_PATH = "top.tcss"
+    TITLE = "llmd top"
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-wide")]
+    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (36, "-tall")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("p", "pause", "Pause"),
+        Binding("s", "sort", "Sort"),
+        Binding("up,k", "select(-1)", "Select", key_display="↑↓"),
+        Binding("down,j", "select(1)", "Select", show=False),
+        Binding("pageup", "select(-10)", show=False),
+        Binding("pagedown", "select(10)", show=False),
+    ]
+
+    def __init__(
+        self,
+        client_factory: Callable[[], Any],
+        address: str,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.address = address
+        self.model = TopModel(clock=clock)
+        self.feed = SnapshotFeed(client_factory, interval_s, self.post_message)
+
+    def compose(self) -> ComposeResult:
+        yield HeaderPanel(self.address, id="header")
+        with Horizontal(id="row-state"):
+            yield QueuePanel(id="queue")
+            yield KVCachePanel(id="kv")
+            yield StepsPanel(id="steps", classes="optional")
+        with Horizontal(id="row-speed"):
+            yield ThroughputPanel(id="throughput")
+            yield LatencyPanel(id="latency")
+            yield EfficiencyPanel(id="efficiency")
+        with Horizontal(id="row-requests"):
+            yield RequestsPanel(id="requests")
+            yield TimelinePanel(id="timeline", classes="optional")
+        yield HintsPanel(id="hints")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.redraw()
+        self.run_worker(self.feed.run(), group="feed", exclusive=True)
+        self.set_interval(CLOCK_TICK_S, self._on_clock_tick)
+
+    def redraw(self) -> None:
+        """Draw every panel from the model's current view."""
+        view = self.model.view()
+        for panel in self.query(Panel):
+            panel.show(view)
+
+    def _on_clock_tick(self) -> None:
+        if self.model.connection.status != "live":
+            self.redraw()
+
+    # ------------------------------------------------------------------ feed events
+
+    def on_snapshot_ready(self, _: SnapshotReady) -> None:
+        if self.model.is_paused:
+            return  # the slot keeps the newest snapshot until the user resumes
+        self._take_snapshot()
+
+    def on_feed_live(self, _: FeedLive) -> None:
+        self.model.set_live()
+        self.redraw()
+
+    def on_feed_lost(self, event: FeedLost) -> None:
+        self.model.set_lost(event.message, event.retry_in_s, event.num_attempts)
+        self.redraw()
+
+    def _take_snapshot(self) -> None:
+        snapshot = self.feed.slot.take()
+        if snapshot is None:
+            return
+        self.model.apply(snapshot)
+        self.feed.timeline_request_id = self.model.selected_request_id
+        self.redraw()
+
+    # ------------------------------------------------------------------ actions
+
+    def action_pause(self) -> None:
+        """Freeze the screen, or resume with the newest snapshot."""
+        self.model.toggle_pause()
+        if not self.model.is_paused:
+            self._take_snapshot()
+        self.redraw()
+
+    def action_sort(self) -> None:
+        """Sort the request table by the next column."""
+        self.model.cycle_sort()
+        self.redraw()
+
+    def action_select(self, delta: int) -> None:
+        """Move the selection; the feed asks for the new request's timeline."""
+        self.model.move_selection(delta)
+        self.feed.timeline_request_id = self.model.selected_request_id
+        self.redraw()
+
+
+def create_top_app(
+    client_factory: Callable[[], Any],
+    address: str,
+    interval_s: float = DEFAULT_INTERVAL_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> TopApp:
+    """The top app; the CLI passes a factory of AsyncClients, tests one of fakes."""
+    return TopApp(client_factory, address, interval_s, clock)

@@ -1,0 +1,130 @@
+"""Rules that recognise known serving bottlenecks in the view state and say what to try.
+
+Each rule is a pure function of a TopView returning a Hint or None, so every threshold is
+unit-tested on hand-built views; the hints panel shows whichever rules fire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llmd.tui.formatting import fmt_percent, fmt_seconds
+from llmd.tui.top.view import Hint, TopView
+
+KV_FULL_USAGE = 0.95
+"""Usage from which the KV cache counts as full."""
+QUEUE_GROWTH_PER_S = 0.5
+"""Waiting requests per second of growth that counts as falling behind."""
+QUEUE_MIN_WAITING = 4
+ITL_SPIKE_RATIO = 4.0
+"""ITL p99 / p50 from which inter-token latency counts as spiky."""
+ITL_SPIKE_MIN_S = 0.005
+HOST_GAP_SHARE = 0.2
+"""Idle gap between steps, as a share of step time, that counts as host-bound."""
+HOST_GAP_MIN_MS = 0.5
+BUSY_FRACTION = 0.8
+LOW_EFFICIENCY = 0.2
+"""Below this share of peak bandwidth, a busy engine counts as inefficient."""
+
+
+def kv_full_with_preemptions(view: TopView) -> Hint | None:
+    """The KV cache is full and requests are being preempted (and later recomputed)."""
+    kv, queue = view.kv, view.queue
+    is_full = kv.usage is not None and kv.usage >= KV_FULL_USAGE
+    if not is_full or (queue.recent_preemptions == 0 and queue.preempted == 0):
+        return None
+    return Hint(
+        "kv_full",
+        f"KV cache {fmt_percent(kv.usage)} full with {queue.recent_preemptions} recent "
+        f"preemptions ({queue.preempted} waiting to resume): preempted requests recompute "
+        "their prompt. Give the cache more blocks (--num-blocks, --kv-cache-memory-gib, "
+        "--gpu-memory-utilization) or admit fewer at once (--max-num-seqs).",
+    )
+
+
+def queue_growing(view: TopView) -> Hint | None:
+    """Requests arrive faster than the engine drains them."""
+    queue = view.queue
+    growth = queue.waiting_growth_per_s
+    if growth is None or growth < QUEUE_GROWTH_PER_S or queue.waiting < QUEUE_MIN_WAITING:
+        return None
+    return Hint(
+        "queue_growing",
+        f"Queue grows by {growth:.1f} requests/s ({queue.waiting} waiting): arrivals outpace "
+        "what the engine finishes, so TTFT will keep rising. Reduce load or max_tokens, or "
+        "raise --max-num-seqs if the KV cache has room.",
+    )
+
+
+def prefill_starving_decode(view: TopView) -> Hint | None:
+    """Inter-token latency spikes while prefill takes most of each step's tokens."""
+    p50, _, p99 = view.latency.percentiles.get("itl", (None, None, None))
+    steps = view.steps
+    if p50 is None or p99 is None or p50 <= 0 or p99 < ITL_SPIKE_MIN_S:
+        return None
+    prompt, generation = steps.prompt_tokens_per_step, steps.generation_tokens_per_step
+    if prompt is None or generation is None or prompt <= generation:
+        return None
+    ratio = p99 / p50
+    if ratio < ITL_SPIKE_RATIO:
+        return None
+    return Hint(
+        "prefill_starving_decode",
+        f"ITL p99 {fmt_seconds(p99)} is {ratio:.1f}× p50 while prefill takes "
+        f"{prompt:.0f} of {prompt + generation:.0f} tokens per step: long prompt chunks stall "
+        "running decodes. Lower --max-num-batched-tokens to cap each step's prefill.",
+    )
+
+
+def host_gaps(view: TopView) -> Hint | None:
+    """The engine waits on the host between steps (Python overhead, tokenization, I/O)."""
+    gap_ms = view.steps.phase_ms.get("idle_gap")
+    step_mean_s = view.steps.step_mean_s
+    if gap_ms is None or step_mean_s is None or step_mean_s <= 0 or gap_ms < HOST_GAP_MIN_MS:
+        return None
+    share = gap_ms / (step_mean_s * 1000 + gap_ms)
+    if share < HOST_GAP_SHARE:
+        return None
+    return Hint(
+        "host_gaps",
+        f"{gap_ms:.1f} ms host gap between steps ({fmt_percent(share)} of the time with work "
+        "waiting): the device idles while the host schedules, detokenizes or handles "
+        "clients. Bigger batches amortise it.",
+    )
+
+
+def busy_but_inefficient(view: TopView) -> Hint | None:
+    """The engine is always stepping, yet decode reads memory far below the device's peak."""
+    efficiency = view.efficiency
+    busy, achieved, peak = (
+        efficiency.busy_fraction,
+        efficiency.decode_gb_per_s,
+        efficiency.peak_gb_per_s,
+    )
+    if busy is None or achieved is None or not peak or busy < BUSY_FRACTION:
+        return None
+    share = achieved / peak
+    if share >= LOW_EFFICIENCY:
+        return None
+    return Hint(
+        "busy_but_inefficient",
+        f"Busy {fmt_percent(busy)} of the time but decode reaches {fmt_percent(share)} of peak "
+        "memory bandwidth: steps are dominated by overhead or tiny batches.",
+        severity="info",
+    )
+
+
+HINT_RULES: tuple[Callable[[TopView], Hint | None], ...] = (
+    kv_full_with_preemptions,
+    queue_growing,
+    prefill_starving_decode,
+    host_gaps,
+    busy_but_inefficient,
+)
+
+
+def find_hints(view: TopView) -> tuple[Hint, ...]:
+    """Every hint whose rule fires on `view`, in rule order (none before the first snapshot)."""
+    if not view.has_snapshot:
+        return ()
+    return tuple(hint for rule in HINT_RULES if (hint := rule(view)) is not None)

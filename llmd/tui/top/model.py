@@ -1,0 +1,309 @@
+"""The headless state of `llmd top`: snapshot history, selection, sort order, connection.
+
+Snapshots are windowed summaries; the model turns successive snapshots into per-interval
+series (tokens per step, tokens per second, queue lengths) and builds one TopView that
+the panels draw, with no Textual import, so it is tested on plain data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from llmd.tui.top.hints import find_hints
+from llmd.tui.top.reader import (
+    integer,
+    number,
+    read_block_map,
+    read_efficiency,
+    read_header,
+    read_latency,
+    read_requests,
+    read_timeline,
+    section,
+)
+from llmd.tui.top.sorting import SORT_KEYS, sort_rows
+from llmd.tui.top.view import (
+    ConnectionView,
+    KVView,
+    QueueView,
+    RequestRow,
+    StepView,
+    ThroughputView,
+    TopView,
+)
+
+HISTORY_LENGTH = 240
+"""Samples kept for sparklines (a minute at four snapshots per second)."""
+TREND_WINDOW_S = 10.0
+"""Queue growth and recent preemptions look this far back."""
+MAX_RECENT_ROWS = 8
+"""Finished requests listed below the live ones."""
+SERIES = (
+    "time", "waiting", "running", "preempted", "preemptions_total", "kv_usage",
+    "prompt_per_step", "generation_per_step", "prompt_per_s", "generation_per_s",
+)  # fmt: skip
+
+
+def slope(times: list[float], values: list[float]) -> float | None:
+    """Least-squares slope of values over times (None with fewer than 2 distinct times)."""
+    if len(times) < 2:
+        return None
+    mean_t = sum(times) / len(times)
+    mean_v = sum(values) / len(values)
+    spread = sum((t - mean_t) ** 2 for t in times)
+    if spread == 0:
+        return None
+    return sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values)) / spread
+
+
+class TopModel:
+    """Applies snapshots and user actions; `view()` is what the screen shows."""
+
+    def __init__(
+        self, history_length: int = HISTORY_LENGTH, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._clock = clock
+        self.history: dict[str, deque[float]] = {
+            name: deque(maxlen=history_length) for name in SERIES
+        }
+        self.snapshot: dict[str, Any] | None = None
+        self._previous_totals: tuple[float, float, float, float] | None = None
+        self.sort_key = SORT_KEYS[0]
+        self.selected_request_id: str | None = None
+        self._selected_index = 0
+        self._is_selection_manual = False
+        """False until the user moves the selection (an automatic one moves on by itself)."""
+        self.is_paused = False
+        self.connection = ConnectionView()
+        self._last_update: float | None = None
+
+    # ------------------------------------------------------------------ inputs
+
+    def apply(self, snapshot: dict[str, Any]) -> None:
+        """Take a new snapshot: extend the history and keep the selection valid."""
+        self.snapshot = snapshot
+        self._last_update = self._clock()
+        self._record(snapshot)
+        self._keep_selection(self._rows())
+
+    def set_live(self) -> None:
+        """Snapshots are arriving."""
+        self.connection = dataclasses.replace(
+            self.connection, status="live", message="", retry_in_s=None, num_attempts=0
+        )
+
+    def set_lost(self, message: str, retry_in_s: float, num_attempts: int) -> None:
+        """The daemon went away; a reconnect is due in `retry_in_s`."""
+        self.connection = dataclasses.replace(
+            self.connection,
+            status="lost",
+            message=message,
+            retry_in_s=retry_in_s,
+            num_attempts=num_attempts,
+        )
+
+    def toggle_pause(self) -> None:
+        """Freeze (or unfreeze) the screen; snapshots keep arriving in the background."""
+        self.is_paused = not self.is_paused
+
+    def cycle_sort(self) -> None:
+        """Sort the request table by the next column."""
+        index = SORT_KEYS.index(self.sort_key)
+        self.sort_key = SORT_KEYS[(index + 1) % len(SORT_KEYS)]
+        self._keep_selection(self._rows())
+
+    def move_selection(self, delta: int) -> None:
+        """Select the row `delta` rows below (negative: above) the selected one."""
+        rows = self._rows()
+        if not rows:
+            return
+        index = self._index_of(rows, self.selected_request_id)
+        start = self._selected_index if index is None else index
+        self._selected_index = max(0, min(len(rows) - 1, start + delta))
+        self.selected_request_id = rows[self._selected_index].request_id
+        self._is_selection_manual = True
+
+    # ------------------------------------------------------------------ output
+
+    def view(self) -> TopView:
+        """The screen's state now."""
+        connection = dataclasses.replace(
+            self.connection,
+            is_paused=self.is_paused,
+            last_update_age_s=None
+            if self._last_update is None
+            else self._clock() - self._last_update,
+        )
+        snapshot = self.snapshot
+        if snapshot is None:
+            return TopView(connection=connection, sort_key=self.sort_key)
+        rows = self._rows()
+        timeline = read_timeline(snapshot)
+        if timeline is not None and timeline.request_id != self.selected_request_id:
+            timeline = None  # a snapshot taken before the selection changed
+        view = TopView(
+            header=read_header(snapshot),
+            queue=self._queue_view(snapshot),
+            kv=self._kv_view(snapshot),
+            steps=self._step_view(snapshot),
+            throughput=self._throughput_view(snapshot),
+            latency=read_latency(snapshot),
+            efficiency=read_efficiency(snapshot),
+            requests=tuple(rows),
+            num_live_requests=read_requests(snapshot, 0)[1],
+            selected_request_id=self.selected_request_id,
+            sort_key=self.sort_key,
+            timeline=timeline,
+            connection=connection,
+            has_snapshot=True,
+        )
+        return dataclasses.replace(view, hints=find_hints(view))
+
+    # ------------------------------------------------------------------ internals
+
+    def _rows(self) -> list[RequestRow]:
+        if self.snapshot is None:
+            return []
+        rows, _ = read_requests(self.snapshot, MAX_RECENT_ROWS)
+        return sort_rows(rows, self.sort_key)
+
+    @staticmethod
+    def _index_of(rows: list[RequestRow], request_id: str | None) -> int | None:
+        for index, row in enumerate(rows):
+            if row.request_id == request_id:
+                return index
+        return None
+
+    def _keep_selection(self, rows: list[RequestRow]) -> None:
+        """Keep the selected request while it is listed; then the user's choice sticks.
+
+        Until the user moves, a request that left the table is replaced by the top row.
+        A request the user selected stays selected even after it left the table (its
+        timeline stays on screen while the daemon remembers it), so under heavy churn the
+        selection never wanders off on its own.
+        """
+        index = self._index_of(rows, self.selected_request_id)
+        if index is not None:
+            self._selected_index = index
+        elif rows and (self.selected_request_id is None or not self._is_selection_manual):
+            self.selected_request_id = rows[0].request_id
+            self._selected_index = 0
+
+    def _record(self, snapshot: dict[str, Any]) -> None:
+        queue, kv, totals = (section(snapshot, name) for name in ("queue", "kv", "totals"))
+        now = number(snapshot, "time") or self._clock()
+        current = (
+            now,
+            float(integer(totals, "steps")),
+            float(integer(totals, "prompt_tokens")),
+            float(integer(totals, "generation_tokens")),
+        )
+        throughput = section(snapshot, "throughput")
+        rates = tuple(  # the first point (or after a restart): the window's averages
+            number(throughput, key) or 0.0
+            for key in (
+                "prompt_tokens_per_step",
+                "generation_tokens_per_step",
+                "prompt_tokens_per_s",
+                "generation_tokens_per_s",
+            )
+        )
+        if self._previous_totals is not None:
+            d_time, d_steps, d_prompt, d_generation = (
+                a - b for a, b in zip(current, self._previous_totals)
+            )
+            if d_steps >= 0 and d_prompt >= 0 and d_generation >= 0:  # not a restarted daemon
+                per_step = (d_prompt / d_steps, d_generation / d_steps) if d_steps else (0.0, 0.0)
+                per_s = (d_prompt / d_time, d_generation / d_time) if d_time > 0 else (0.0, 0.0)
+                rates = (*per_step, *per_s)
+        self._previous_totals = current
+        values = (
+            now,
+            integer(queue, "waiting"),
+            integer(queue, "running"),
+            integer(queue, "preempted"),
+            integer(queue, "preemptions_total"),
+            number(kv, "usage") or 0.0,
+            *rates,
+        )
+        for name, value in zip(SERIES, values):
+            self.history[name].append(float(value))
+
+    def _recent(self, name: str) -> tuple[list[float], list[float]]:
+        """(times, values) of a series within the trend window."""
+        times = list(self.history["time"])
+        if not times:
+            return [], []
+        horizon = times[-1] - TREND_WINDOW_S
+        pairs = [(t, v) for t, v in zip(times, self.history[name]) if t >= horizon]
+        return [t for t, _ in pairs], [v for _, v in pairs]
+
+    def _queue_view(self, snapshot: dict[str, Any]) -> QueueView:
+        queue = section(snapshot, "queue")
+        times, waiting = self._recent("waiting")
+        _, preemptions = self._recent("preemptions_total")
+        return QueueView(
+            waiting=integer(queue, "waiting"),
+            running=integer(queue, "running"),
+            preempted=integer(queue, "preempted"),
+            preemptions_total=integer(queue, "preemptions_total"),
+            waiting_history=tuple(self.history["waiting"]),
+            running_history=tuple(self.history["running"]),
+            preempted_history=tuple(self.history["preempted"]),
+            waiting_growth_per_s=slope(times, waiting),
+            recent_preemptions=int(max(0.0, preemptions[-1] - preemptions[0]))
+            if preemptions
+            else 0,
+        )
+
+    def _kv_view(self, snapshot: dict[str, Any]) -> KVView:
+        kv = section(snapshot, "kv")
+        cells, owners, blocks_per_cell = read_block_map(snapshot)
+        block_size = number(kv, "block_size")
+        return KVView(
+            block_size=None if block_size is None else int(block_size),
+            num_total=integer(kv, "num_total"),
+            num_used=integer(kv, "num_used"),
+            num_cached=integer(kv, "num_cached"),
+            num_free=integer(kv, "num_free"),
+            usage=number(kv, "usage"),
+            prefix_hit_rate=number(kv, "prefix_hit_rate"),
+            usage_history=tuple(self.history["kv_usage"]),
+            cells=cells,
+            owners=owners,
+            blocks_per_cell=blocks_per_cell,
+        )
+
+    def _step_view(self, snapshot: dict[str, Any]) -> StepView:
+        step = section(snapshot, "step")
+        throughput = section(snapshot, "throughput")
+        step_time = section(step, "time")
+        phases = ("schedule", "prepare", "forward", "sample", "idle_gap")
+        return StepView(
+            prompt_tokens_per_step=number(throughput, "prompt_tokens_per_step"),
+            generation_tokens_per_step=number(throughput, "generation_tokens_per_step"),
+            prompt_per_step_history=tuple(self.history["prompt_per_step"]),
+            generation_per_step_history=tuple(self.history["generation_per_step"]),
+            steps_per_s=number(throughput, "steps_per_s"),
+            step_mean_s=number(step_time, "mean"),
+            step_p99_s=number(step_time, "p99"),
+            phase_ms={phase: number(step, f"{phase}_ms") for phase in phases},
+            prefill_time_share=number(step, "prefill_time_share"),
+        )
+
+    def _throughput_view(self, snapshot: dict[str, Any]) -> ThroughputView:
+        throughput = section(snapshot, "throughput")
+        totals = section(snapshot, "totals")
+        return ThroughputView(
+            prompt_tokens_per_s=number(throughput, "prompt_tokens_per_s"),
+            generation_tokens_per_s=number(throughput, "generation_tokens_per_s"),
+            requests_per_s=number(throughput, "requests_per_s"),
+            prompt_history=tuple(self.history["prompt_per_s"]),
+            generation_history=tuple(self.history["generation_per_s"]),
+            total_prompt_tokens=integer(totals, "prompt_tokens"),
+            total_generation_tokens=integer(totals, "generation_tokens"),
+        )

@@ -1,0 +1,1 @@
+"""The panels of `llmd top`, one per screen region; each draws itself from a TopView."""

@@ -1,0 +1,52 @@
+"""The interface every top panel shares: `show(view)` stores the state, `draw` renders it.
+
+Panels draw from the latest TopView only, at whatever size the layout gives them, so one
+panel class serves the 80x24 layout and the wide one by abbreviating instead of wrapping.
+"""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.text import Text
+from textual.widget import Widget
+
+from llmd.tui.top.view import TopView
+
+
+class Panel(Widget):
+    """A screen region of `llmd top`; subclasses implement `draw`."""
+
+    TITLE = ""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.view: TopView | None = None
+        if self.TITLE:
+            self.border_title = self.TITLE
+
+    def show(self, view: TopView) -> None:
+        """Redraw from `view`."""
+        self.view = view
+        self.refresh()
+
+    def render(self) -> RenderableType:
+        if self.view is None or not self.view.has_snapshot:
+            return Text("waiting for the first snapshot…", style="dim")
+        size = self.content_size
+        return self.draw(self.view, max(1, size.width), max(1, size.height))
+
+    def draw(self, view: TopView, width: int, height: int) -> RenderableType:
+        """The panel's content for a `width` x `height` region."""
+        raise NotImplementedError
+
+
+def labeled(label: str, value: str, label_width: int, style: str = "") -> Text:
+    """'label   value' with the label dimmed and padded to `label_width`."""
+    line = Text(label.ljust(label_width), style="dim")
+    line.append(value, style=style)
+    return line
+
+
+def join_lines(lines: list[Text], height: int) -> Text:
+    """At most `height` lines joined by newlines."""
+    return Text("\n").join(lines[:height])

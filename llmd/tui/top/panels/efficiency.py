@@ -1,0 +1,53 @@
+"""Busy versus efficient: time in steps, and achieved bandwidth and FLOP/s against peak."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmd.tui.formatting import bar, fmt_number, fmt_percent
+from llmd.tui.top.panels.base import Panel, join_lines
+from llmd.tui.top.view import TopView
+
+
+def against_peak(achieved: float | None, peak: float | None, unit: str, width: int) -> Text:
+    """'0.19 GB/s, 4% of 4.8k GB/s ██░░' or 'peak unknown' when the daemon gave no peak."""
+    text = Text(f"{fmt_number(achieved)} {unit}", style="bold")
+    if achieved is None:
+        return text
+    if not peak:
+        text.append(" (peak unknown)", style="dim")
+        return text
+    share = achieved / peak
+    text.append(f", {fmt_percent(share)} of {fmt_number(peak)} ")
+    style = "green" if share >= 0.5 else "yellow" if share >= 0.2 else "red"
+    text.append(bar((min(1.0, share),), "█", max(0, width - len(text.plain)), "░"), style=style)
+    return text
+
+
+class EfficiencyPanel(Panel):
+    """Share of wall time spent stepping, decode GB/s and prefill TFLOP/s vs the device."""
+
+    TITLE = "Efficiency"
+
+    def draw(self, view: TopView, width: int, height: int) -> Text:
+        efficiency = view.efficiency
+        label_width = 9
+        rest = max(0, width - label_width)
+        busy = Text("busy".ljust(label_width), style="dim")
+        busy.append(fmt_percent(efficiency.busy_fraction), style="bold")
+        busy.append(" of wall time in steps", style="dim")
+        decode = Text("decode".ljust(label_width), style="dim")
+        decode.append_text(
+            against_peak(efficiency.decode_gb_per_s, efficiency.peak_gb_per_s, "GB/s", rest)
+        )
+        prefill = Text("prefill".ljust(label_width), style="dim")
+        prefill.append_text(
+            against_peak(
+                efficiency.prefill_tflop_per_s, efficiency.peak_tflop_per_s, "TFLOP/s", rest
+            )
+        )
+        note = Text("decode: weight+KV bytes/s · prefill: 2·params·tok/s", style="dim")
+        lines = [busy, decode, prefill, note]
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+        return join_lines(lines, height)

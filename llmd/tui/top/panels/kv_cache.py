@@ -1,0 +1,74 @@
+"""KV cache: used, cached and free blocks as a bar, the prefix hit rate, and the block map."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmd.metrics import CACHED, FREE, SHARED
+from llmd.tui.formatting import bar, fmt_percent
+from llmd.tui.top.block_grid import glyph, grid_rows, owner_glyph
+from llmd.tui.top.panels.base import Panel, join_lines
+from llmd.tui.top.view import TopView
+
+OWNER_COLORS = (
+    "cyan", "magenta", "green", "yellow", "blue", "bright_red",
+    "bright_cyan", "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red",
+)  # fmt: skip
+USED_STYLE, CACHED_STYLE, FREE_STYLE, SHARED_STYLE = "bold cyan", "blue", "dim", "bold white"
+
+
+def cell_style(code: int) -> str:
+    """Colour of a block-map cell: owners cycle through a palette."""
+    if code == FREE:
+        return FREE_STYLE
+    if code == CACHED:
+        return CACHED_STYLE
+    if code == SHARED:
+        return SHARED_STYLE
+    return OWNER_COLORS[code % len(OWNER_COLORS)]
+
+
+class KVCachePanel(Panel):
+    """Occupancy bar, counts, prefix-cache hit rate and who owns which block."""
+
+    TITLE = "KV cache"
+
+    def draw(self, view: TopView, width: int, height: int) -> Text:
+        kv = view.kv
+        total = max(1, kv.num_total)
+        bar_width = max(4, width - 11)
+        occupancy = Text()
+        fractions = (kv.num_used / total, kv.num_cached / total)
+        drawn = bar(fractions, "█▒", bar_width, fill="·")
+        for symbol, style in (("█", USED_STYLE), ("▒", CACHED_STYLE), ("·", FREE_STYLE)):
+            occupancy.append(symbol * drawn.count(symbol), style=style)
+        occupancy.append(f" {fmt_percent(kv.usage):>4} used")
+        block_size = "" if kv.block_size is None else f" ×{kv.block_size} tok"
+        counts = Text()
+        counts.append(f"used {kv.num_used}", style=USED_STYLE)
+        counts.append(f" · cached {kv.num_cached}", style=CACHED_STYLE)
+        counts.append(f" · free {kv.num_free} / {kv.num_total} blocks{block_size}")
+        hit = Text(f"prefix-cache hit rate {fmt_percent(kv.prefix_hit_rate)}", style="dim")
+        lines = [occupancy, counts, hit]
+        map_rows = height - len(lines) - 1
+        if kv.cells and map_rows > 0:
+            lines += self._block_map(view, width, map_rows)
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+        return join_lines(lines, height)
+
+    def _block_map(self, view: TopView, width: int, max_rows: int) -> list[Text]:
+        kv = view.kv
+        rows, group = grid_rows(kv.cells, width, max_rows)
+        lines = []
+        for row in rows:
+            line = Text()
+            for code in row:
+                line.append(glyph(code), style=cell_style(code))
+            lines.append(line)
+        blocks = kv.blocks_per_cell * group
+        legend = Text(f"1 cell = {blocks} block{'s' if blocks > 1 else ''}: ", style="dim")
+        for index, owner in enumerate(kv.owners):
+            legend.append(f"{owner_glyph(index)} {owner} ", style=cell_style(index))
+        legend.append(f"{glyph(SHARED)} shared {glyph(CACHED)} cached {glyph(FREE)} free", "dim")
+        return [*lines, legend]

@@ -1,0 +1,51 @@
+"""Queue lengths now and their recent history: waiting, running, preempted."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmd.tui.formatting import sparkline
+from llmd.tui.top.panels.base import Panel, join_lines
+from llmd.tui.top.view import TopView
+
+STYLES = {"waiting": "yellow", "running": "green", "preempted": "red"}
+SHORT_NAMES = {"waiting": "wait", "running": "run", "preempted": "pre"}
+
+
+class QueuePanel(Panel):
+    """Waiting, running and preempted counts with sparklines on a shared scale."""
+
+    TITLE = "Queue"
+
+    def draw(self, view: TopView, width: int, height: int) -> Text:
+        queue = view.queue
+        series = {
+            "waiting": (queue.waiting, queue.waiting_history),
+            "running": (queue.running, queue.running_history),
+            "preempted": (queue.preempted, queue.preempted_history),
+        }
+        ceiling = max([1.0, *(max(h, default=0.0) for _, h in series.values())])
+        label_width = 10 if width >= 30 else 5
+        spark_width = max(0, width - label_width - 6)
+        lines = []
+        for name, (count, history) in series.items():
+            label = name if label_width >= 10 else SHORT_NAMES[name]
+            line = Text(label.ljust(label_width), style="dim")
+            line.append(f"{count:>5} ", style=f"bold {STYLES[name]}")
+            line.append(sparkline(history, spark_width, ceiling), style=STYLES[name])
+            lines.append(line)
+        growth = queue.waiting_growth_per_s
+        is_wide = width >= 30
+        if growth is not None:
+            label = "waiting" if is_wide else "wait"
+            lines.append(Text(f"{label} {growth:+.1f}/s (last 10s)", style="dim"))
+        total, recent = queue.preemptions_total, queue.recent_preemptions
+        preemptions = (
+            f"preemptions {total} total, {recent} recent"
+            if is_wide
+            else f"preempt {total} ({recent} new)"
+        )
+        lines.append(Text(preemptions, style="dim"))
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+        return join_lines(lines, height)

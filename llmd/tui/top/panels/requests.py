@@ -1,0 +1,138 @@
+"""The request table: live requests (then recently finished ones), sortable and selectable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from llmd.tui.formatting import MISSING, bar, fmt_percent, fmt_seconds, fmt_uptime
+from llmd.tui.top.panels.base import Panel, join_lines
+from llmd.tui.top.view import RequestRow, TopView
+
+STATE_STYLES = {"running": "green", "waiting": "yellow", "preempted": "red", "finished": "dim"}
+
+
+def progress_fraction(row: RequestRow) -> float:
+    """Prefill progress while the prompt is being computed, then decode progress."""
+    return row.prefill_progress if row.prefill_progress < 1.0 else row.decode_progress
+
+
+def progress_text(row: RequestRow, width: int) -> str:
+    """'prefill 40%' / 'decode 62%' as a small bar when there is room, else a percentage."""
+    fraction = progress_fraction(row)
+    phase = "P" if row.prefill_progress < 1.0 else "D"
+    percent = fmt_percent(fraction)
+    if width < 10:
+        return f"{phase}{percent}"
+    return f"{phase}{bar((fraction,), '█', width - 5, '░')}{percent:>4}"
+
+
+def state_text(row: RequestRow) -> str:
+    """The state, with the finish reason for finished requests."""
+    if row.is_finished:
+        return f"✓{row.finish_reason or ''}"
+    return row.state
+
+
+def ttft_text(row: RequestRow) -> str:
+    """Time to first token, or '-' before it."""
+    return MISSING if row.ttft_s is None else fmt_seconds(row.ttft_s)
+
+
+def age_text(seconds: float) -> str:
+    """Ages under a minute with decimals, longer ones as 3m07s."""
+    return fmt_seconds(seconds) if seconds < 60 else fmt_uptime(seconds)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: header, width, sort key it shows, and how a row renders in it."""
+
+    title: str
+    width: int
+    sort_key: str | None
+    cell: Callable[[RequestRow, int], str]
+    is_optional: bool = False
+
+
+COLUMNS = (
+    Column("request", 10, None, lambda row, _: row.request_id),
+    Column("state", 10, "state", lambda row, _: state_text(row)),
+    Column("prompt", 7, "prompt", lambda row, _: str(row.num_prompt_tokens)),
+    Column("gen", 9, "generated", lambda row, _: f"{row.num_generated_tokens}/{row.max_tokens}"),
+    Column("progress", 18, "progress", progress_text),
+    Column("age", 7, "age", lambda row, _: age_text(row.age_s)),
+    Column("TTFT", 8, "ttft", lambda row, _: ttft_text(row)),
+    Column("pre", 4, None, lambda row, _: str(row.num_preemptions), is_optional=True),
+)  # fmt: skip
+
+
+def fit_columns(width: int) -> list[Column]:
+    """Columns that fit `width`: optional ones drop first, then progress narrows to a percentage."""
+    columns = list(COLUMNS)
+    if sum(c.width + 1 for c in columns) > width:
+        columns = [c for c in columns if not c.is_optional]
+    spare = width - sum(c.width + 1 for c in columns)
+    if spare < 0:
+        columns = [
+            Column(c.title, 6, c.sort_key, c.cell) if c.title == "progress" else c for c in columns
+        ]
+    elif spare > 0:
+        columns = [
+            Column(c.title, c.width + min(spare, 12), c.sort_key, c.cell)
+            if c.title == "progress"
+            else c
+            for c in columns
+        ]
+    return columns
+
+
+def visible_range(num_rows: int, selected: int, capacity: int) -> range:
+    """The rows to draw so that the selected one is in view."""
+    if num_rows <= capacity:
+        return range(num_rows)
+    start = min(max(0, selected - capacity // 2), num_rows - capacity)
+    return range(start, start + capacity)
+
+
+class RequestsPanel(Panel):
+    """One line per request; the selected row is highlighted and drives the timeline."""
+
+    TITLE = "Requests"
+
+    def draw(self, view: TopView, width: int, height: int) -> Text:
+        columns = fit_columns(width)
+        header = Text()
+        for column in columns:
+            marker = "▼" if column.sort_key == view.sort_key else ""
+            title = (column.title + marker).ljust(column.width + 1)
+            header.append(title, style="bold underline" if marker else "bold")
+        rows = view.requests
+        lines = [header]
+        if not rows:
+            lines.append(Text("no requests yet", style="dim"))
+        selected = next(
+            (i for i, row in enumerate(rows) if row.request_id == view.selected_request_id), None
+        )
+        if selected is None:  # the selected request left the table: show the top
+            selected = 0
+        capacity = max(1, height - 2)
+        for index in visible_range(len(rows), selected, capacity):
+            row = rows[index]
+            line = Text()
+            for column in columns:
+                cell = column.cell(row, column.width)[: column.width].ljust(column.width + 1)
+                style = STATE_STYLES.get(row.state, "") if column.title == "state" else ""
+                line.append(cell, style=style)
+            if row.is_finished:
+                line.stylize("dim")
+            if row.request_id == view.selected_request_id:
+                line.stylize("reverse")
+            lines.append(line)
+        footer = f"{view.num_live_requests} live · sorted by {view.sort_key} (s) · ↑↓ select"
+        lines = lines[: max(1, height - 1)] + [Text(footer, style="dim")]
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+        return join_lines(lines, height)

@@ -1,0 +1,54 @@
+"""The selected request's timeline: queued, prefill chunks, decode tokens, preemptions."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from llmd.tui.formatting import MISSING, fmt_seconds
+from llmd.tui.top.panels.base import Panel, join_lines
+from llmd.tui.top.timeline_strip import LEGEND, PREEMPTED, PREFILL, QUEUED, timeline_strip
+from llmd.tui.top.view import TopView
+
+GLYPH_STYLES = {PREFILL: "bold yellow", PREEMPTED: "bold red", QUEUED: "dim"}
+
+
+class TimelinePanel(Panel):
+    """Arrival to now (or finish) in one strip, with the milestones as numbers."""
+
+    TITLE = "Timeline"
+
+    def draw(self, view: TopView, width: int, height: int) -> Text:
+        timeline = view.timeline
+        if timeline is None:
+            if view.selected_request_id is None:
+                return Text("select a request (↑↓)", style="dim")
+            selected = view.selected_request_id
+            if any(row.request_id == selected for row in view.requests):
+                return Text(f"{selected}: waiting for its timeline…", style="dim")
+            return Text(f"{selected} has left the table; ↑↓ selects another", style="dim")
+        title = Text(f"{timeline.request_id} ", style="bold")
+        title.append(f"{timeline.state} · age {fmt_seconds(timeline.age_s)}")
+        milestones = Text(
+            f"scheduled +{fmt_seconds(timeline.first_scheduled_s)} · first token "
+            f"+{fmt_seconds(timeline.first_token_s)} · {timeline.num_tokens_total} tokens",
+            style="dim",
+        )
+        if timeline.finished_s is not None:
+            milestones.append(f" · done +{fmt_seconds(timeline.finished_s)}", style="dim")
+        num_prefill = sum(1 for _, kind, _ in timeline.events if kind == "prefill")
+        num_preempted = sum(1 for _, kind, _ in timeline.events if kind == "preempted")
+        chunks = Text(
+            f"{num_prefill} prefill chunk{'s' if num_prefill != 1 else ''}, "
+            f"{num_preempted} preemption{'s' if num_preempted != 1 else ''}",
+            style="dim",
+        )
+        strip = Text()
+        for char in timeline_strip(timeline, width):
+            strip.append(char, style=GLYPH_STYLES.get(char, "green"))
+        end = timeline.finished_s if timeline.finished_s is not None else timeline.age_s
+        end_text = fmt_seconds(end) if end is not None else MISSING
+        axis = Text("0".ljust(max(1, width - len(end_text))) + end_text, style="dim")
+        lines = [title, milestones, chunks, strip, axis, Text(LEGEND, style="dim")]
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+        return join_lines(lines, height)

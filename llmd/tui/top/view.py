@@ -1,0 +1,203 @@
+"""What `llmd top` draws: frozen view dataclasses, one per screen region.
+
+Panels and hint rules read only these, never raw snapshots, so the screen can be tested
+from fixed values and a missing snapshot key becomes None in exactly one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class HeaderView:
+    """Who is being monitored."""
+
+    model: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    device_name: str | None = None
+    """The accelerator's name (e.g. "NVIDIA H100 80GB HBM3"), or "cpu"."""
+    attention_backend: str | None = None
+    address: str | None = None
+    uptime_s: float | None = None
+    state: str | None = None
+    """ok, draining or dead."""
+    error: str | None = None
+    scheduling_policy: str | None = None
+    max_num_batched_tokens: int | None = None
+    """The per-step token budget."""
+    max_num_seqs: int | None = None
+    num_in_flight: int | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """Scheduler queues now and over time."""
+
+    waiting: int = 0
+    running: int = 0
+    preempted: int = 0
+    preemptions_total: int = 0
+    waiting_history: tuple[float, ...] = ()
+    running_history: tuple[float, ...] = ()
+    preempted_history: tuple[float, ...] = ()
+    waiting_growth_per_s: float | None = None
+    """Slope of the waiting count over the recent history (requests per second)."""
+    recent_preemptions: int = 0
+    """Preemptions during the recent history."""
+
+
+@dataclass(frozen=True)
+class KVView:
+    """KV-cache occupancy and the block map."""
+
+    block_size: int | None = None
+    num_total: int = 0
+    num_used: int = 0
+    num_cached: int = 0
+    num_free: int = 0
+    usage: float | None = None
+    prefix_hit_rate: float | None = None
+    usage_history: tuple[float, ...] = ()
+    cells: tuple[int, ...] = ()
+    """Block-map cells: an index into `owners`, or FREE, CACHED, SHARED (llmd.metrics)."""
+    owners: tuple[str, ...] = ()
+    blocks_per_cell: int = 1
+
+
+@dataclass(frozen=True)
+class StepView:
+    """How each step's work splits between prefill and decode, and where its time goes."""
+
+    prompt_tokens_per_step: float | None = None
+    generation_tokens_per_step: float | None = None
+    prompt_per_step_history: tuple[float, ...] = ()
+    generation_per_step_history: tuple[float, ...] = ()
+    steps_per_s: float | None = None
+    step_mean_s: float | None = None
+    step_p99_s: float | None = None
+    phase_ms: dict[str, float | None] = field(default_factory=dict)
+    """Mean ms per step of schedule, prepare, forward, sample and idle_gap."""
+    prefill_time_share: float | None = None
+    """Fraction of forward time spent in steps with prefill (when the daemon reports it)."""
+
+
+@dataclass(frozen=True)
+class ThroughputView:
+    """Tokens and requests per second."""
+
+    prompt_tokens_per_s: float | None = None
+    generation_tokens_per_s: float | None = None
+    requests_per_s: float | None = None
+    prompt_history: tuple[float, ...] = ()
+    generation_history: tuple[float, ...] = ()
+    total_prompt_tokens: int = 0
+    total_generation_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class LatencyView:
+    """Latency percentiles and goodput over the daemon's window."""
+
+    percentiles: dict[str, tuple[float | None, float | None, float | None]] = field(
+        default_factory=dict
+    )
+    """ttft, tpot, itl, e2e, queue -> (p50, p90, p99) in seconds."""
+    window_s: float | None = None
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    goodput_per_s: float | None = None
+    goodput_fraction: float | None = None
+    num_good: int = 0
+    num_completed: int = 0
+
+
+@dataclass(frozen=True)
+class EfficiencyView:
+    """Busy versus efficient: achieved bandwidth and FLOP/s against the device's peaks."""
+
+    busy_fraction: float | None = None
+    """Share of wall time the engine spent inside steps."""
+    decode_gb_per_s: float | None = None
+    peak_gb_per_s: float | None = None
+    prefill_tflop_per_s: float | None = None
+    peak_tflop_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    """One request in the table."""
+
+    request_id: str
+    state: str
+    num_prompt_tokens: int = 0
+    num_generated_tokens: int = 0
+    max_tokens: int = 0
+    prefill_progress: float = 0.0
+    decode_progress: float = 0.0
+    age_s: float = 0.0
+    ttft_s: float | None = None
+    num_preemptions: int = 0
+    finish_reason: str | None = None
+    is_finished: bool = False
+
+
+@dataclass(frozen=True)
+class TimelineView:
+    """The selected request's lifecycle, in seconds since its arrival."""
+
+    request_id: str
+    state: str
+    age_s: float
+    first_scheduled_s: float | None = None
+    first_token_s: float | None = None
+    finished_s: float | None = None
+    events: tuple[tuple[float, str, int], ...] = ()
+    """(seconds since arrival, 'prefill' or 'preempted', tokens)."""
+    token_times_s: tuple[float, ...] = ()
+    num_tokens_total: int = 0
+
+
+@dataclass(frozen=True)
+class ConnectionView:
+    """The link to the daemon, as the header shows it."""
+
+    status: str = "connecting"
+    """connecting, live or lost."""
+    message: str = ""
+    retry_in_s: float | None = None
+    num_attempts: int = 0
+    last_update_age_s: float | None = None
+    is_paused: bool = False
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A known bottleneck showing in the numbers, and what to do about it."""
+
+    name: str
+    message: str
+    severity: str = "warning"
+
+
+@dataclass(frozen=True)
+class TopView:
+    """Everything on the screen."""
+
+    header: HeaderView = field(default_factory=HeaderView)
+    queue: QueueView = field(default_factory=QueueView)
+    kv: KVView = field(default_factory=KVView)
+    steps: StepView = field(default_factory=StepView)
+    throughput: ThroughputView = field(default_factory=ThroughputView)
+    latency: LatencyView = field(default_factory=LatencyView)
+    efficiency: EfficiencyView = field(default_factory=EfficiencyView)
+    requests: tuple[RequestRow, ...] = ()
+    num_live_requests: int = 0
+    selected_request_id: str | None = None
+    sort_key: str = "age"
+    timeline: TimelineView | None = None
+    connection: ConnectionView = field(default_factory=ConnectionView)
+    hints: tuple[Hint, ...] = ()
+    has_snapshot: bool = False

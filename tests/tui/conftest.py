@@ -1,0 +1,40 @@
+"""A real daemon on the tiny checkpoint for the TUI tests that talk to one.
+
+One daemon per module (start-up loads torch and the model, about 10 s on two cores): a
+foreground `python -m llmd.cli serve` on a private ipc address, stopped with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.tui.daemon_process import REPO_ROOT, subprocess_env, wait_until_healthy
+
+
+@pytest.fixture(scope="module")
+def daemon_address(tiny_model_dir, tmp_path_factory):
+    """The address of a running `llmd serve` on the tiny model (64 blocks, 256 tokens)."""
+    runtime = tmp_path_factory.mktemp("tui-daemon")
+    address = f"ipc://{runtime / 's.sock'}"
+    log_path = runtime / "daemon.log"
+    command = [
+        sys.executable, "-m", "llmd.cli", "serve", "--model", str(tiny_model_dir),
+        "--address", address, "--num-blocks", "64", "--max-model-len", "256",
+    ]  # fmt: skip
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command, env=subprocess_env(), cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log
+        )
+    try:
+        wait_until_healthy(address, process, log_path)
+        yield address
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

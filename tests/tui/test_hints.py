@@ -1,0 +1,102 @@
+"""Each bottleneck rule fires on the pattern it names, and stays quiet just below it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from llmd.tui.top.hints import (
+    busy_but_inefficient,
+    find_hints,
+    host_gaps,
+    kv_full_with_preemptions,
+    prefill_starving_decode,
+    queue_growing,
+)
+from llmd.tui.top.view import (
+    EfficiencyView,
+    KVView,
+    LatencyView,
+    QueueView,
+    StepView,
+    TopView,
+)
+
+CALM = TopView(
+    queue=QueueView(waiting=1, running=4, waiting_growth_per_s=0.0),
+    kv=KVView(num_total=100, num_used=40, usage=0.4),
+    steps=StepView(
+        prompt_tokens_per_step=2.0,
+        generation_tokens_per_step=8.0,
+        step_mean_s=0.010,
+        phase_ms={"idle_gap": 0.5},
+    ),
+    latency=LatencyView(percentiles={"itl": (0.010, 0.012, 0.015)}),
+    efficiency=EfficiencyView(busy_fraction=0.5, decode_gb_per_s=100.0, peak_gb_per_s=1000.0),
+    has_snapshot=True,
+)
+
+
+def with_(view: TopView, **sections) -> TopView:
+    """`view` with fields of its sections replaced: with_(v, queue={"waiting": 3})."""
+    changes = {
+        name: dataclasses.replace(getattr(view, name), **fields)
+        for name, fields in sections.items()
+    }
+    return dataclasses.replace(view, **changes)
+
+
+def test_a_calm_server_gets_no_hints():
+    assert find_hints(CALM) == ()
+    assert find_hints(with_(CALM, queue={"waiting": 50, "waiting_growth_per_s": 9.0})) != ()
+    assert find_hints(dataclasses.replace(CALM, has_snapshot=False)) == ()
+
+
+def test_kv_full_needs_both_a_full_cache_and_preemptions():
+    full = with_(CALM, kv={"usage": 0.97}, queue={"recent_preemptions": 3, "preempted": 1})
+    hint = kv_full_with_preemptions(full)
+    assert hint is not None and "97% full with 3 recent preemptions" in hint.message
+    assert "--num-blocks" in hint.message
+    assert kv_full_with_preemptions(with_(CALM, kv={"usage": 0.97})) is None  # full, no preempt
+    assert kv_full_with_preemptions(with_(full, kv={"usage": 0.9})) is None
+
+
+def test_queue_growing_needs_growth_and_a_real_queue():
+    growing = with_(CALM, queue={"waiting": 12, "waiting_growth_per_s": 2.0})
+    hint = queue_growing(growing)
+    assert hint is not None and "grows by 2.0 requests/s (12 waiting)" in hint.message
+    assert queue_growing(with_(growing, queue={"waiting_growth_per_s": 0.4})) is None
+    assert queue_growing(with_(growing, queue={"waiting": 3})) is None
+    assert queue_growing(with_(growing, queue={"waiting_growth_per_s": None})) is None
+
+
+def test_prefill_starving_decode_needs_itl_spikes_while_prefill_dominates():
+    starving = with_(
+        CALM,
+        latency={"percentiles": {"itl": (0.005, 0.02, 0.030)}},
+        steps={"prompt_tokens_per_step": 300.0, "generation_tokens_per_step": 8.0},
+    )
+    hint = prefill_starving_decode(starving)
+    assert hint is not None and "6.0× p50" in hint.message
+    assert "--max-num-batched-tokens" in hint.message
+    smooth = with_(starving, latency={"percentiles": {"itl": (0.010, 0.02, 0.030)}})
+    assert prefill_starving_decode(smooth) is None  # 3x: not a spike
+    decode_heavy = with_(starving, steps={"prompt_tokens_per_step": 4.0})
+    assert prefill_starving_decode(decode_heavy) is None
+    assert prefill_starving_decode(with_(starving, latency={"percentiles": {}})) is None
+
+
+def test_host_gaps_compare_the_idle_gap_with_step_time():
+    gappy = with_(CALM, steps={"phase_ms": {"idle_gap": 4.0}, "step_mean_s": 0.010})
+    hint = host_gaps(gappy)
+    assert hint is not None and "4.0 ms host gap between steps (29%" in hint.message
+    assert host_gaps(with_(gappy, steps={"phase_ms": {"idle_gap": 2.0}})) is None  # 17%
+    assert host_gaps(with_(gappy, steps={"phase_ms": {}})) is None
+
+
+def test_busy_but_inefficient_needs_a_known_peak():
+    busy = with_(CALM, efficiency={"busy_fraction": 0.95, "decode_gb_per_s": 50.0})
+    hint = busy_but_inefficient(busy)
+    assert hint is not None and hint.severity == "info" and "5% of peak" in hint.message
+    assert busy_but_inefficient(with_(busy, efficiency={"peak_gb_per_s": None})) is None
+    assert busy_but_inefficient(with_(busy, efficiency={"decode_gb_per_s": 300.0})) is None
+    assert busy_but_inefficient(with_(busy, efficiency={"busy_fraction": 0.5})) is None

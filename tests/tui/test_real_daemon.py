@@ -1,0 +1,222 @@
+"""Both apps and the one-shot CLI against a real `llmd serve` on the tiny checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+
+import pytest
+
+from llmd.client import Accepted, AsyncClient, Client
+from llmd.sampling_params import SamplingParams
+from llmd.tui.chat.app import create_chat_app
+from llmd.tui.chat.assistant_reply import AssistantReply
+from llmd.tui.chat.events import ReplyDelta
+from llmd.tui.chat.prompt_input import PromptInput
+from llmd.tui.top.app import create_top_app
+from tests.tui.daemon_process import REPO_ROOT, subprocess_env
+from tests.tui.screen_text import screen_text
+from tests.tui.waiting import wait_for
+
+pytestmark = pytest.mark.slow
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+LONG = SamplingParams(temperature=0.0, max_tokens=230, ignore_eos=True)
+
+
+async def test_chat_streams_the_reply_the_daemon_generates(daemon_address):
+    deltas = []
+    app = create_chat_app(AsyncClient(daemon_address), daemon_address, params=GREEDY)
+
+    def hook(message) -> None:
+        if isinstance(message, ReplyDelta):
+            deltas.append(message.text)
+
+    async with app.run_test(message_hook=hook) as pilot:
+        app.query_one(PromptInput).value = "Hello there"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.conversation.turns, timeout=30)
+        reply = app.query_one(AssistantReply)
+        stats = str(reply.query_one(".reply-stats").render())
+        assert "tiny-llama" in app.model_name
+    messages = [{"role": "user", "content": "Hello there"}]
+    with Client(daemon_address) as client:
+        expected = client.generate(messages=messages, params=GREEDY)
+    assert reply.text == expected.text and reply.text
+    assert len(deltas) > 1  # it arrived token by token
+    assert f"{expected.usage['completion_tokens']} tokens · {expected.finish_reason}" in stats
+    assert stats.startswith("TTFT ")
+
+
+async def test_escape_aborts_the_request_on_the_daemon(daemon_address):
+    app = create_chat_app(AsyncClient(daemon_address), daemon_address, params=LONG)
+    async with app.run_test() as pilot:
+        # The tiny model writes hundreds of tokens per second and Pilot's press() waits until
+        # the app is idle (after the reply): post the keys and stop as soon as it is accepted.
+        prompt = app.query_one(PromptInput)
+        prompt.value = "Tell me a long story"
+        await prompt.action_submit()
+        deadline = time.monotonic() + 30
+        while app.active_client_id is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+        app.simulate_key("escape")
+        await wait_for(pilot, lambda: not app.conversation.is_waiting, timeout=10)
+        reply = app.query_one(AssistantReply)
+        stats = str(reply.query_one(".reply-stats").render())
+    assert stats.endswith("· abort")
+    num_tokens = int(stats.split(" tokens")[0].rsplit(" ", 1)[-1])
+    assert 0 < num_tokens < LONG.max_tokens
+    with Client(daemon_address) as client:
+        snapshot = client.stats()
+    assert snapshot["totals"]["finished"].get("abort", 0) >= 1
+    assert snapshot["num_requests"] == 0 and snapshot["kv"]["num_used"] == 0
+
+
+async def test_top_shows_a_request_while_it_runs(daemon_address):
+    accepted: list[Accepted] = []
+    done = threading.Event()
+
+    def generate() -> None:
+        with Client(daemon_address) as client:
+            for event in client.stream("A prompt for top", params=LONG):
+                if isinstance(event, Accepted):
+                    accepted.append(event)
+        done.set()
+
+    app = create_top_app(lambda: AsyncClient(daemon_address, timeout=5.0), daemon_address, 0.1)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.model.connection.status == "live", timeout=10)
+        thread = threading.Thread(target=generate)
+        thread.start()
+        await wait_for(pilot, lambda: accepted, timeout=20)
+        request_id = accepted[0].request_id
+
+        def is_running() -> bool:
+            rows = app.model.view().requests
+            return any(r.request_id == request_id and r.state == "running" for r in rows)
+
+        await wait_for(pilot, is_running, timeout=20)
+        running_text = screen_text(app)
+        for _ in range(20):  # move the selection onto the request, up or down
+            rows = [row.request_id for row in app.model.view().requests]
+            if app.model.selected_request_id == request_id or request_id not in rows:
+                break
+            below = rows.index(request_id) > rows.index(app.model.selected_request_id)
+            await pilot.press("down" if below else "up")
+        assert app.model.selected_request_id == request_id
+        await wait_for(pilot, lambda: app.model.view().timeline is not None, timeout=10)
+        timeline_text = screen_text(app)
+    thread.join(60)
+    assert done.is_set()
+    row = rf"\n {request_id} +running +\d+ +\d+/{LONG.max_tokens} "
+    assert re.search(row, running_text), running_text
+    assert "tiny-llama" in running_text and "● live" in running_text
+    assert re.search(rf"{request_id} (running|finished) · age", timeline_text), timeline_text
+
+
+def run_chat_cli(address: str, *args: str, stdin: bytes | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "llmd.cli", "chat", "--address", address, *args],
+        input=stdin if stdin is not None else b"",
+        env=subprocess_env(),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def expected_stdout(text: str) -> bytes:
+    return (text + ("\n" if text and not text.endswith("\n") else "")).encode()
+
+
+def test_one_shot_prints_the_reply_for_scripts(daemon_address):
+    with Client(daemon_address) as client:
+        question = client.generate(
+            messages=[{"role": "user", "content": "question"}], params=GREEDY
+        )
+        piped = client.generate(messages=[{"role": "user", "content": "piped"}], params=GREEDY)
+    flags = ("--temperature", "0", "--max-tokens", "24")
+    result = run_chat_cli(daemon_address, "-p", "question", *flags)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == expected_stdout(question.text)
+    result = run_chat_cli(daemon_address, *flags, stdin=b"piped\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == expected_stdout(piped.text)
+
+
+def test_one_shot_errors_exit_non_zero_with_the_reason(daemon_address, tmp_path):
+    result = run_chat_cli(daemon_address, "-p", "x " * 400)
+    assert result.returncode == 1
+    assert b"llmd chat: request_too_large: prompt:" in result.stderr
+    missing = f"ipc://{tmp_path / 'nobody.sock'}"
+    result = run_chat_cli(missing, "-p", "hello")
+    assert result.returncode == 1
+    assert f"start one with: llmd serve --address {missing}".encode() in result.stderr
+
+
+class Terminal:
+    """A command in a pseudo-terminal of 100x30: read what it draws, type keys."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.leader, follower = pty.openpty()
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+        env = {**subprocess_env(), "TERM": "xterm-256color"}
+        command = [sys.executable, "-m", "llmd.cli", *args]
+        self.process = subprocess.Popen(
+            command, stdin=follower, stdout=follower, stderr=follower, env=env, cwd=REPO_ROOT
+        )
+        os.close(follower)
+        self.output = b""
+
+    def wait_for(self, text: bytes, timeout: float = 20.0) -> None:
+        """Read the screen updates until `text` was drawn."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output:
+            assert time.monotonic() < deadline, f"{text!r} never appeared: {self.output[-2000:]!r}"
+            if select.select([self.leader], [], [], 0.05)[0]:
+                with contextlib.suppress(OSError):
+                    self.output += os.read(self.leader, 65536)
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.leader, keys)
+
+    def close(self, timeout: float = 15.0) -> int | None:
+        """Wait for the exit status, draining the screen so the app never blocks writing."""
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None and time.monotonic() < deadline:
+            if select.select([self.leader], [], [], 0.05)[0]:
+                with contextlib.suppress(OSError):
+                    self.output += os.read(self.leader, 65536)
+        if self.process.poll() is None:
+            self.process.kill()
+        os.close(self.leader)
+        return self.process.wait()
+
+
+def test_the_commands_run_in_a_real_terminal(daemon_address):
+    top = Terminal(["top", "--address", daemon_address, "--interval", "0.1"])
+    try:
+        top.wait_for(b"live")
+        top.wait_for(b"Requests")
+        top.type(b"q")
+    finally:
+        assert top.close() == 0
+    chat = Terminal(["chat", "--address", daemon_address, "--max-tokens", "8"])
+    try:
+        chat.wait_for(b"Message the model")
+        chat.type(b"hello\r")
+        chat.wait_for(b"TTFT")
+        chat.type(b"\x11")  # Ctrl+Q
+    finally:
+        assert chat.close() == 0

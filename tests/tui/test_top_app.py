@@ -1,0 +1,111 @@
+"""`llmd top` under Pilot with a fake client: screen snapshots, keys, pause, reconnect."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmd.client import DaemonNotRunningError
+from llmd.tui.top.app import create_top_app
+from tests.tui.fake_client import FakeAsyncClient
+from tests.tui.sample_snapshots import WAITING, busy_snapshot
+from tests.tui.screen_text import assert_matches_snapshot, screen_text
+from tests.tui.waiting import wait_for
+
+ADDRESS = "ipc:///run/user/1000/llmd/llmd.sock"
+
+
+def make_app():
+    client = FakeAsyncClient()
+    num_connects = []
+
+    def client_factory():
+        num_connects.append(1)
+        return client
+
+    app = create_top_app(client_factory, ADDRESS, interval_s=0.25, clock=lambda: 0.0)
+    return app, client, num_connects
+
+
+async def deliver(pilot, client: FakeAsyncClient, steps) -> None:
+    """Push snapshots one at a time, each applied before the next (a deterministic history)."""
+    app = pilot.app
+    for step in steps:
+        snapshot = busy_snapshot(step, app.feed.timeline_request_id)
+        await client.push(snapshot)
+        await wait_for(pilot, lambda snapshot=snapshot: app.model.snapshot is snapshot)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+async def test_screen_matches_the_stored_snapshot(size):
+    app, client, _ = make_app()
+    async with app.run_test(size=size) as pilot:
+        await deliver(pilot, client, range(len(WAITING)))
+        await pilot.pause()
+        text = screen_text(app)
+    assert_matches_snapshot(text, f"top_{size[0]}x{size[1]}.txt")
+
+
+async def test_before_the_first_snapshot_it_says_it_is_connecting():
+    app, _, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+    assert f"○ connecting to {ADDRESS}" in text
+    assert "waiting for the first snapshot" in text
+
+
+async def test_keys_sort_select_and_ask_for_the_selected_timeline():
+    app, client, _ = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await deliver(pilot, client, range(3))
+        assert app.model.selected_request_id == "req-11"
+        await pilot.press("down", "down")
+        assert app.model.selected_request_id == "req-13"
+        await deliver(pilot, client, range(3, 5))  # the feed re-subscribes for req-13
+        assert client.subscribed_timelines[-1] == "req-13"
+        assert app.model.view().timeline.request_id == "req-13"
+        assert "req-13 running · age" in screen_text(app)
+        await pilot.press("s")
+        assert app.model.sort_key == "state"
+        assert "state▼" in screen_text(app)
+        await pilot.press("up")
+        assert app.model.selected_request_id == "req-12"
+
+
+async def test_pause_freezes_the_screen_and_resume_shows_the_newest_snapshot():
+    app, client, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await deliver(pilot, client, range(2))
+        await pilot.press("p")
+        assert "❚❚ paused" in screen_text(app)
+        newest = busy_snapshot(9)
+        for snapshot in (busy_snapshot(8), newest):
+            await client.push(snapshot)
+        await wait_for(pilot, lambda: app.feed.slot._snapshot is newest)
+        assert app.model.snapshot["queue"]["waiting"] == WAITING[1]
+        await pilot.press("p")
+        assert app.model.snapshot is newest  # the one in between was skipped, not queued
+        assert len(app.model.history["time"]) == 3
+
+
+async def test_a_lost_daemon_is_reported_and_the_feed_reconnects():
+    app, client, num_connects = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await deliver(pilot, client, range(2))
+        await client.push(DaemonNotRunningError(f"no llmd daemon is answering at {ADDRESS}"))
+        await wait_for(pilot, lambda: app.model.connection.status == "lost")
+        text = screen_text(app)
+        assert "✗ daemon gone, retrying in 0.2s (attempt 1" in text
+        assert len(num_connects) == 1
+        await deliver(pilot, client, range(2, 4))  # the daemon is back
+        assert app.model.connection.status == "live"
+        assert len(num_connects) == 2
+        assert "● live" in screen_text(app)
+    assert client.is_closed
+
+
+async def test_q_quits():
+    app, _, _ = make_app()
+    async with app.run_test() as pilot:
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running)
