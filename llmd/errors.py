@@ -65,6 +65,18 @@ class ShuttingDownError(LLMDError):
     code = "shutting_down"
 
 
+class SchedulerStallError(LLMDError):
+    """The scheduler could run nothing although requests wait and none runs (a bug, not load).
+
+    `request_id` names the request at the head of the queue that could not be admitted; the
+    engine fails that request with this error instead of stepping empty plans forever.
+    """
+
+    def __init__(self, message: str, request_id: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
 def require(condition: bool, parameter: str, message: str) -> None:
     """Raise InvalidParameterError naming `parameter` when `condition` is false."""
     if not condition:

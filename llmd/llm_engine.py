@@ -17,7 +17,7 @@ from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.step_stats import StepStats
 from llmd.engine.tokenizer import Tokenizer, load_tokenizer, read_generation_eos_token_ids
-from llmd.errors import InvalidParameterError
+from llmd.errors import InvalidParameterError, SchedulerStallError
 from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
 from llmd.outputs import TokenLogprob
 from llmd.runner.device import device_name, dtype_name
@@ -177,7 +177,12 @@ class LLMEngine:
     def step(self) -> StepResult:
         """Schedule, run and apply one step; a failing step fails only its own requests."""
         started = time.monotonic()
-        plan = self.scheduler.schedule()
+        try:
+            plan = self.scheduler.schedule()
+        except SchedulerStallError as error:  # never step empty plans forever: fail the head
+            logger.error("scheduler stalled: %s", error)
+            update = self._fail_request(error.request_id, error)
+            return StepResult([update] if update is not None else [], None)
         scheduled = time.monotonic()
         if plan.is_empty:
             return StepResult([], None)
@@ -235,6 +240,13 @@ class LLMEngine:
                 request.error_message = f"{type(error).__name__}: {error}"
                 updates.append(RequestUpdate(request, []))
         return updates
+
+    def _fail_request(self, request_id: str, error: Exception) -> RequestUpdate | None:
+        request = self.scheduler.finish_request(request_id, FinishReason.ERROR)
+        if request is None:
+            return None
+        request.error_message = f"{type(error).__name__}: {error}"
+        return RequestUpdate(request, [])
 
 
 def _config_eos_token_ids(hf_config, model_path) -> tuple[int, ...]:
