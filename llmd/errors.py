@@ -65,6 +65,14 @@ class ShuttingDownError(LLMDError):
     code = "shutting_down"
 
 
+class KVCacheIntegrityError(LLMDError, RuntimeError):
+    """The KV block pool's bookkeeping disagrees with itself (a bug, never bad input).
+
+    Raised by the block manager's checks so the engine can tell a corrupted pool from a
+    failing model step, report it and rebuild the pool.
+    """
+
+
 class SchedulerStallError(LLMDError):
     """The scheduler could run nothing although requests wait and none runs (a bug, not load).
 
