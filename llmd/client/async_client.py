@@ -21,6 +21,7 @@ from llmd.client.wire import (
     Liveness,
     build_generate,
     encode_request,
+    is_duplicate_refusal,
     make_socket,
     new_id_prefix,
     raise_error,
@@ -33,6 +34,7 @@ from llmd.protocol import (
     Finished,
     HealthReply,
     HealthRequest,
+    ProtocolError,
     ShutdownRequest,
     StatsReply,
     StatsRequest,
@@ -85,7 +87,7 @@ class AsyncClient:
                     accepted = event
                 elif isinstance(event, Finished):
                     return Completion.from_finished(accepted, event, event.text or "")
-        raise RuntimeError("the event stream ended without a finished message")
+        raise ProtocolError("the daemon ended the request without a finished message")
 
     def stream(
         self,
@@ -210,8 +212,8 @@ class AsyncClient:
         return queue
 
     async def _send(self, message: WireMessage) -> None:
+        payload = encode_request(message)  # a bad value fails here, connected or not
         socket = self._connected()
-        payload = encode_request(message)
         try:
             await asyncio.wait_for(socket.send(payload), self.timeout)
         except asyncio.TimeoutError:
@@ -304,7 +306,7 @@ class AsyncClient:
                 self._liveness.heard()
                 message = decode_daemon_message(payload, len(payload))
                 queue = self._queues.get(message.id) if message.id is not None else None
-                if queue is not None:
+                if queue is not None and not is_duplicate_refusal(message):
                     queue.put_nowait(message)
         except asyncio.CancelledError:
             raise

@@ -21,6 +21,7 @@ from llmd.client.wire import (
     Liveness,
     build_generate,
     encode_request,
+    is_duplicate_refusal,
     make_socket,
     new_id_prefix,
     raise_error,
@@ -34,6 +35,7 @@ from llmd.protocol import (
     Finished,
     HealthReply,
     HealthRequest,
+    ProtocolError,
     ShutdownRequest,
     StatsReply,
     StatsRequest,
@@ -85,7 +87,7 @@ class Client:
                 accepted = event
             elif isinstance(event, Finished):
                 return Completion.from_finished(accepted, event, event.text or "")
-        raise RuntimeError("the event stream ended without a finished message")
+        raise ProtocolError("the daemon ended the request without a finished message")
 
     def stream(
         self,
@@ -197,8 +199,8 @@ class Client:
         return self._socket
 
     def _send(self, message: WireMessage) -> None:
+        payload = encode_request(message)  # a bad value fails here, connected or not
         socket = self._connected()
-        payload = encode_request(message)
         if not socket.poll(int(self.timeout * 1000), zmq.POLLOUT):
             raise daemon_not_running(self.address, f"could not send for {self.timeout:g}s")
         try:
@@ -226,7 +228,7 @@ class Client:
         finally:
             self._inboxes.pop(message.id, None)  # type: ignore[attr-defined]
         if not isinstance(reply, (StatsReply, HealthReply, Ack)):
-            raise TypeError(f"unexpected {type(reply).__name__} reply")  # a protocol bug
+            raise ProtocolError(f"unexpected {type(reply).__name__} reply", "type")
         return reply
 
     def _events(self, request: Any) -> Iterator[StreamEvent]:
@@ -292,5 +294,5 @@ class Client:
             self._liveness.heard()
             message = decode_daemon_message(payload, len(payload))
             inbox = self._inboxes.get(message.id) if message.id is not None else None
-            if inbox is not None:
+            if inbox is not None and not is_duplicate_refusal(message):
                 inbox.append(message)

@@ -37,6 +37,7 @@ from llmd.protocol import (
     AbortRequest,
     Ack,
     Address,
+    DuplicateRequestIdError,
     ErrorReply,
     GenerateRequest,
     HealthReply,
@@ -242,7 +243,11 @@ class Daemon:
         if self.state == "dead":
             raise EngineDeadError(f"the engine has died ({self.dead_message})")
         if self.routes.engine_id(peer, message.id) is not None:
-            raise InvalidParameterError(f"request {message.id!r} is already in flight", "id")
+            raise DuplicateRequestIdError(
+                f"request {message.id!r} is already in flight on this connection; this new "
+                "generate is refused and the live request goes on",
+                "id",
+            )
         if len(self.routes) >= self.options.max_queued_requests:
             raise OverloadedError(
                 f"{len(self.routes)} requests are in flight (the limit is "

@@ -33,7 +33,12 @@ from llmd.protocol.daemon_messages import (
     StatsReply,
     TokenDelta,
 )
-from llmd.protocol.errors import ProtocolError, RequestFailedError, error_from_code
+from llmd.protocol.errors import (
+    DuplicateRequestIdError,
+    ProtocolError,
+    RequestFailedError,
+    error_from_code,
+)
 from llmd.protocol.schema import PROTOCOL_VERSION, WireMessage, check_envelope
 
 __all__ = [
@@ -47,6 +52,7 @@ __all__ = [
     "Address",
     "ClientMessage",
     "DaemonMessage",
+    "DuplicateRequestIdError",
     "ErrorReply",
     "Finished",
     "GenerateRequest",
@@ -68,6 +74,7 @@ __all__ = [
     "encode",
     "error_from_code",
     "message_id",
+    "pack",
     "parse_address",
     "parse_message",
     "runtime_dir",
