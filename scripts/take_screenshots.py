@@ -55,6 +55,7 @@ def start_daemon(model: str, address: str, log_path: Path) -> subprocess.Popen:
     """`llmd serve` in the background; returns once it answers health checks."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "llmd.cli", "serve", "--model", model, "--address", address]
+    command += ["--no-http"]  # screenshots need no HTTP port
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command + DAEMON_FLAGS, env=env, stderr=log)
     deadline = time.monotonic() + 300

@@ -97,8 +97,22 @@ def _fail(error: Exception) -> click.ClickException:
     default="info",
     show_default=True,
 )
+@click.option(
+    "--http-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Host of the OpenAI-compatible HTTP API (non-loopback needs --allow-remote).",
+)
+@click.option("--http-port", type=int, default=8000, show_default=True, help="HTTP API port.")
+@click.option("--no-http", is_flag=True, help="Do not serve the HTTP API.")
+@click.option(
+    "--api-key",
+    envvar="LLMD_API_KEY",
+    default=None,
+    help="Require 'Authorization: Bearer KEY' on the HTTP /v1 routes (or $LLMD_API_KEY).",
+)
 def serve(**kwargs: Any) -> None:
-    """Serve a model to clients over ZeroMQ (foreground unless --detach)."""
+    """Serve a model over ZeroMQ and an OpenAI-compatible HTTP API (foreground unless --detach)."""
     from llmd.daemon.serve import run_serve
     from llmd.daemon.serve_options import ServeOptions
     from llmd.errors import LLMDError
@@ -118,6 +132,10 @@ def serve(**kwargs: Any) -> None:
             metrics_window_s=kwargs["metrics_window"],
             ready_timeout_s=kwargs["ready_timeout"],
             log_level=kwargs["log_level"],
+            is_http_enabled=not kwargs["no_http"],
+            http_host=kwargs["http_host"],
+            http_port=kwargs["http_port"],
+            api_key=kwargs["api_key"],
             engine_kwargs=engine_kwargs,
         )
         run_serve(options)

@@ -48,6 +48,8 @@ def start_detached(options: ServeOptions, address: Address) -> tuple[int, Path]:
     env = dict(os.environ)
     package_root = str(Path(llmd.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    if options.api_key is not None:
+        env["LLMD_API_KEY"] = options.api_key  # ServeOptions.to_json leaves it out
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "llmd.daemon", "--options-json", child_options.to_json()],

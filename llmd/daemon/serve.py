@@ -77,8 +77,10 @@ def run_serve(options: ServeOptions) -> None:
     lock = InstanceLock(address)
     lock.acquire()
     previous_handlers = _exit_on_signals()  # while loading, a signal just exits (cleanly)
+    http_server = None
     try:
         check_can_listen(address)
+        http_server = make_http_server(options, address)  # binds now: a busy port fails fast
         from llmd.daemon.server import Daemon
         from llmd.llm_engine import LLMEngine
 
@@ -86,11 +88,33 @@ def run_serve(options: ServeOptions) -> None:
         daemon = Daemon(engine, options, address)
         daemon.bind()
         _drain_on_signals(daemon)
+        if http_server is not None:
+            http_server.start()
         print(f"llmd daemon serving at {address}", file=sys.stderr, flush=True)
+        if http_server is not None:
+            print(f"OpenAI-compatible API at {http_server.url}/v1", file=sys.stderr, flush=True)
         daemon.serve_forever()
     finally:
+        if http_server is not None:
+            http_server.stop()
         _restore(previous_handlers)
         lock.release()
+
+
+def make_http_server(options: ServeOptions, address: Address) -> Any:
+    """The bound (not yet serving) HTTP front end, or None with --no-http."""
+    if not options.is_http_enabled:
+        return None
+    from llmd.http.server import HttpServer
+
+    return HttpServer(
+        options.http_host,
+        options.http_port,
+        str(address),
+        allow_remote=options.allow_remote,
+        api_key=options.api_key or os.environ.get("LLMD_API_KEY") or None,
+        max_body_bytes=options.max_message_bytes,
+    )
 
 
 def _exit_on_signals() -> dict[int, Any]:

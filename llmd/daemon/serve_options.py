@@ -44,6 +44,15 @@ class ServeOptions:
     ready_timeout_s: float = 600.0
     """With --detach, how long the parent waits for the daemon to become healthy."""
     log_level: str = "info"
+    is_http_enabled: bool = True
+    """Also serve the OpenAI-compatible HTTP API (`--no-http` turns it off)."""
+    http_host: str = "127.0.0.1"
+    """HTTP listen host; a non-loopback one needs allow_remote."""
+    http_port: int = 8000
+    """HTTP listen port."""
+    api_key: str | None = field(default=None, repr=False)
+    """Bearer key the /v1 routes require (None: none). Never written to the detached
+    child's command line: it travels in LLMD_API_KEY instead."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """EngineConfig keyword arguments."""
 
@@ -58,10 +67,15 @@ class ServeOptions:
         _positive("metrics_window_s", self.metrics_window_s)
         _positive("ready_timeout_s", self.ready_timeout_s)
         require(self.log_level in LOG_LEVELS, "log_level", f"must be one of {LOG_LEVELS}")
+        _positive("http_port", self.http_port, integer=True)
+        require(self.http_port < 65536, "http_port", f"must be below 65536, got {self.http_port}")
+        require(self.api_key != "", "api_key", "must not be empty")
 
     def to_json(self) -> str:
         """JSON for the detached child's command line."""
-        return json.dumps(dataclasses.asdict(self))
+        data = dataclasses.asdict(self)
+        del data["api_key"]  # a command line is visible to every user (ps)
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str) -> ServeOptions:

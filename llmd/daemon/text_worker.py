@@ -241,7 +241,7 @@ class TextWorker:
         )
         delta = live.detokenizer.update(update.new_token_ids, exclude_last=ended_on_token)
         text = delta.text
-        new_logprobs = [_logprob_dict(lp) for lp in update.new_logprobs or ()]
+        new_logprobs = [_logprob_dict(lp, self.tokenizer) for lp in update.new_logprobs or ()]
         if live.logprobs is not None:
             live.logprobs.extend(new_logprobs)
         if delta.stop_string is not None:
@@ -330,11 +330,16 @@ class TextWorker:
         self.outbox.post(Send(peer, encode(reply), (peer, client_id)))
 
 
-def _logprob_dict(logprob: Any) -> dict[str, Any]:
+def _logprob_dict(logprob: Any, tokenizer: Any) -> dict[str, Any]:
+    def text_of(token_id: int) -> str:  # a token's own text, as OpenAI's logprobs show it
+        return tokenizer.decode([token_id], skip_special_tokens=False)
+
     return {
         "token_id": logprob.token_id,
         "logprob": logprob.logprob,
         "rank": logprob.rank,
         "top_token_ids": list(logprob.top_token_ids),
         "top_logprobs": list(logprob.top_logprobs),
+        "token": text_of(logprob.token_id),
+        "top_tokens": [text_of(token_id) for token_id in logprob.top_token_ids],
     }

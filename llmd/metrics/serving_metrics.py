@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from llmd.metrics.bucket_histogram import LATENCY_BUCKETS_S, TOKEN_COUNT_BUCKETS, BucketHistogram
 from llmd.metrics.goodput import GoodputTracker
 from llmd.metrics.histogram import SlidingHistogram
 from llmd.metrics.rate import RateMeter
@@ -19,6 +20,8 @@ from llmd.metrics.roofline import decode_step_bytes, prefill_flops
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
 STEP_PHASES = ("schedule", "prepare", "forward", "sample", "idle_gap")
 COMPLETED_REASONS = ("stop", "length")
+LIFETIME_LATENCY_NAMES = ("ttft", "tpot", "itl", "e2e", "queue", "prefill", "decode")
+LIFETIME_LENGTH_NAMES = ("prompt_tokens", "generation_tokens")
 
 
 class ServingMetrics:
@@ -49,6 +52,10 @@ class ServingMetrics:
         self._latency = {name: SlidingHistogram(window_s, clock=clock) for name in LATENCY_NAMES}
         self._step_time = SlidingHistogram(window_s, clock=clock)
         self.goodput = GoodputTracker(slo_ttft_s, slo_tpot_s, window_s, clock)
+        self._lifetime = {n: BucketHistogram(LATENCY_BUCKETS_S) for n in LIFETIME_LATENCY_NAMES}
+        """Since-start histograms of completed requests, for Prometheus (/metrics)."""
+        for name in LIFETIME_LENGTH_NAMES:
+            self._lifetime[name] = BucketHistogram(TOKEN_COUNT_BUCKETS)
 
         def meter() -> RateMeter:
             return RateMeter(window_s, clock=clock)
@@ -107,7 +114,26 @@ class ServingMetrics:
                     self._latency[name].add(value, now)
             for gap in metrics.itl:
                 self._latency["itl"].add(gap, now)
+            self._record_lifetime(metrics)
             self.goodput.record(metrics.ttft, metrics.tpot, now)
+
+    def _record_lifetime(self, metrics: Any) -> None:
+        """Add a completed request to the since-start histograms (caller holds the lock)."""
+        values = {
+            "ttft": metrics.ttft,
+            "tpot": metrics.tpot,
+            "e2e": metrics.e2e,
+            "queue": metrics.queue_time,
+            "prefill": metrics.prefill_time,
+            "decode": metrics.decode_time,
+            "prompt_tokens": metrics.num_prompt_tokens,
+            "generation_tokens": metrics.num_generated_tokens,
+        }
+        for name, value in values.items():
+            if value is not None:
+                self._lifetime[name].add(value)
+        for gap in metrics.itl:
+            self._lifetime["itl"].add(gap)
 
     def snapshot(self) -> dict[str, Any]:
         """Plain-dict summary: latency, goodput, throughput, step, hardware, totals."""
@@ -156,6 +182,7 @@ class ServingMetrics:
                     "preemptions": self.num_preemptions,
                     "finished": dict(self.finish_counts),
                 },
+                "histograms": {name: h.to_dict() for name, h in self._lifetime.items()},
             }
 
 

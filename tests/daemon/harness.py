@@ -23,7 +23,7 @@ from llmd.client import Client, DaemonNotRunningError
 from llmd.protocol import decode_daemon_message, pack
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ENGINE_ARGS = ["--num-blocks", "512", "--max-model-len", "256", "--block-size", "16"]
+ENGINE_ARGS = ["--num-blocks", "512", "--max-model-len", "256", "--block-size", "16", "--no-http"]
 START_TIMEOUT_S = 120.0
 
 

@@ -22,7 +22,7 @@ def daemon_address(tiny_model_dir, tmp_path_factory):
     log_path = runtime / "daemon.log"
     command = [
         sys.executable, "-m", "llmd.cli", "serve", "--model", str(tiny_model_dir),
-        "--address", address, "--num-blocks", "64", "--max-model-len", "256",
+        "--address", address, "--num-blocks", "64", "--max-model-len", "256", "--no-http",
     ]  # fmt: skip
     with open(log_path, "wb") as log:
         process = subprocess.Popen(

@@ -1,0 +1,128 @@
+"""The Starlette application: routes, error handlers and authentication, wired together.
+
+Every failure leaves in OpenAI's error shape (unknown routes too), and no exception,
+however unexpected, stops the server: it becomes a 500 for that one request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from llmd import __version__
+from llmd.errors import LLMDError
+from llmd.http import metrics_exporter
+from llmd.http.auth import BearerAuth
+from llmd.http.chat import create_chat_completion
+from llmd.http.completions import create_completion
+from llmd.http.context import HttpContext
+from llmd.http.errors import HttpError, from_llmd_error, not_found
+from llmd.protocol import PROTOCOL_VERSION
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(context: HttpContext) -> Starlette:
+    """The ASGI app serving `context`'s daemon."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await context.close()
+
+    app = Starlette(
+        routes=[
+            Route("/health", health, methods=["GET"]),
+            Route("/version", version, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/v1/models", list_models, methods=["GET"]),
+            Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+            Route("/v1/completions", create_completion, methods=["POST"]),
+            Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
+        ],
+        middleware=[Middleware(BearerAuth, api_key=context.api_key)],
+        exception_handlers={
+            HttpError: _on_http_error,
+            LLMDError: _on_llmd_error,
+            HTTPException: _on_starlette_error,
+            Exception: _on_unexpected_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.context = context
+    return app
+
+
+async def health(request: Request) -> Response:
+    """200 while the daemon serves; 503 while it drains, after its engine died, or if gone."""
+    context: HttpContext = request.app.state.context
+    try:
+        reply = await context.client.health()
+    except LLMDError as error:
+        return JSONResponse({"status": "unreachable", "message": str(error)}, status_code=503)
+    body = {"status": reply["status"], "message": reply.get("message")}
+    return JSONResponse(body, status_code=200 if reply["is_healthy"] else 503)
+
+
+async def version(request: Request) -> Response:
+    """llmd's version and wire-protocol version."""
+    return JSONResponse({"version": __version__, "protocol_version": PROTOCOL_VERSION})
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus text format, from one stats snapshot."""
+    context: HttpContext = request.app.state.context
+    snapshot = await context.client.stats(include_requests=False, include_block_map=False)
+    return Response(metrics_exporter.render(snapshot), media_type=metrics_exporter.CONTENT_TYPE)
+
+
+def _model_card(model) -> dict:
+    return {"id": model.id, "object": "model", "created": model.created, "owned_by": "llmd",
+            "max_model_len": model.max_model_len}  # fmt: skip
+
+
+async def list_models(request: Request) -> Response:
+    """The one served model."""
+    model = await request.app.state.context.served_model()
+    return JSONResponse({"object": "list", "data": [_model_card(model)]})
+
+
+async def get_model(request: Request) -> Response:
+    """The served model by id (404 for any other)."""
+    model = await request.app.state.context.check_model(request.path_params["model"])
+    return JSONResponse(_model_card(model))
+
+
+async def _on_http_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HttpError)  # registered for HttpError
+    return error.response()
+
+
+async def _on_llmd_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, LLMDError)  # registered for LLMDError
+    return from_llmd_error(error).response()
+
+
+async def _on_starlette_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)  # registered for HTTPException
+    if error.status_code == 404:
+        return not_found(f"no route {request.method} {request.url.path}").response()
+    return HttpError(
+        error.status_code, str(error.detail), None, code=str(error.status_code)
+    ).response()
+
+
+async def _on_unexpected_error(request: Request, error: Exception) -> Response:
+    logger.exception("HTTP %s %s failed", request.method, request.url.path, exc_info=error)
+    message = f"internal error: {type(error).__name__}: {error}"
+    return HttpError(500, message, None, "internal_server_error", "internal").response()

@@ -1,0 +1,87 @@
+"""POST /v1/chat/completions: messages through the model's chat template to a reply.
+
+The daemon applies the template (its text thread owns the tokenizer); here the reply is
+shaped as a chat completion, or as chunks whose first delta carries the role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from llmd.client import Accepted, Finished, TokenDelta
+from llmd.http import sse
+from llmd.http.body import read_json
+from llmd.http.context import HttpContext
+from llmd.http.generation_group import GenerationGroup
+from llmd.http.logprobs import chat_logprobs
+from llmd.http.request_models import ChatCompletionRequest, parse_body
+from llmd.http.responses import (
+    client_gone,
+    complete,
+    finish_reason,
+    new_id,
+    now_s,
+    start_stream,
+    usage,
+)
+from llmd.http.sampling import chat_params
+
+
+async def create_chat_completion(request: Request) -> Response:
+    """The route."""
+    context: HttpContext = request.app.state.context
+    body = parse_body(ChatCompletionRequest, await read_json(request, context.max_body_bytes))
+    model = await context.check_model(body.model)
+    params = chat_params(body, model.max_model_len)
+    group = GenerationGroup(
+        context.client, [{"messages": body.wire_messages()}], params, stream=body.stream
+    )
+    head = {
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": now_s(),
+        "model": model.id,
+    }
+    if body.stream:
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        head["object"] = "chat.completion.chunk"
+        return await start_stream(group, lambda: _chunks(group, head, body.logprobs, include_usage))
+    completions = await complete(request, group)
+    if completions is None:
+        return client_gone()
+    completion = completions[0]
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": completion.text},
+        "logprobs": chat_logprobs(completion.logprobs or []) if body.logprobs else None,
+        "finish_reason": finish_reason(completion.finish_reason),
+    }
+    return JSONResponse({**head, "choices": [choice], "usage": usage([completion.usage])})
+
+
+async def _chunks(
+    group: GenerationGroup, head: dict[str, Any], wants_logprobs: bool, include_usage: bool
+) -> AsyncIterator[bytes]:
+    extra = {"usage": None} if include_usage else {}
+
+    def chunk(delta: dict[str, Any], logprobs: Any = None, reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+        return sse.event({**head, "choices": [choice], **extra})
+
+    finished_usage: dict[str, int] = {}
+    while (item := await group.next()) is not None:
+        event = item[1]
+        if isinstance(event, Accepted):
+            yield chunk({"role": "assistant", "content": ""})
+        elif isinstance(event, TokenDelta):
+            logprobs = chat_logprobs(event.logprobs or []) if wants_logprobs else None
+            yield chunk({"content": event.text}, logprobs)
+        elif isinstance(event, Finished):
+            finished_usage = event.usage
+            yield chunk({}, None, finish_reason(event.finish_reason))
+    if include_usage:
+        yield sse.event({**head, "choices": [], "usage": usage([finished_usage])})

@@ -1,0 +1,102 @@
+"""One daemon request per prompt of an HTTP request, each pumped by its own asyncio task.
+
+The tasks live outside the HTTP framework's cancel scopes, so when a client disconnects
+and the response is cancelled, cancelling a task lets its stream send the daemon an abort
+(which frees the request's KV at once) instead of being cancelled again mid-send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from llmd.client import AsyncClient, Completion
+from llmd.protocol import Accepted
+
+_DONE = object()
+"""Marks the end of one prompt's stream in the queue."""
+
+
+class GenerationGroup:
+    """Runs `inputs` (client keyword arguments, one per prompt) with shared `params`."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        inputs: list[dict[str, Any]],
+        params: dict[str, Any],
+        stream: bool,
+    ) -> None:
+        self._client = client
+        self._inputs = inputs
+        self._params = params
+        self._stream = stream
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._buffer: deque[tuple[int, Any]] = deque()
+        self._tasks: list[asyncio.Task] = []
+        self.num_open = len(inputs)
+        """Prompts whose stream has not ended yet."""
+
+    def start(self) -> None:
+        """Send every prompt to the daemon."""
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._pump(i, kw)) for i, kw in enumerate(self._inputs)]
+
+    def cancel(self) -> None:
+        """Abort every prompt still running (safe to call from a cancelled context)."""
+        for task in self._tasks:
+            task.cancel()
+
+    async def next(self) -> tuple[int, Any] | None:
+        """The next (prompt index, event or Completion); None once every stream ended.
+
+        An error reply is raised here as the typed exception the daemon reported.
+        """
+        while self.num_open:
+            index, item = self._buffer.popleft() if self._buffer else await self._queue.get()
+            if item is _DONE:
+                self.num_open -= 1
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return index, item
+        return None
+
+    async def wait_accepted(self) -> None:
+        """Streaming: wait until the daemon accepted every prompt (or raise its refusal).
+
+        Events that arrive meanwhile are kept and come out of next() in order, so a
+        refusal (too long, overloaded) is still answered with an HTTP status, not a stream.
+        """
+        pending = set(range(len(self._inputs)))
+        held: list[tuple[int, Any]] = []
+        while pending:
+            index, item = await self._queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            held.append((index, item))
+            if isinstance(item, Accepted) or item is _DONE:
+                pending.discard(index)
+        self._buffer.extend(held)
+
+    async def completions(self) -> list[Completion]:
+        """Non-streaming: every prompt's Completion, in prompt order."""
+        results: list[Completion | None] = [None] * len(self._inputs)
+        while (item := await self.next()) is not None:
+            results[item[0]] = item[1]
+        return [result for result in results if result is not None]
+
+    async def _pump(self, index: int, kwargs: dict[str, Any]) -> None:
+        try:
+            if self._stream:
+                async for event in self._client.stream(**kwargs, params=self._params):
+                    self._queue.put_nowait((index, event))
+            else:
+                completion = await self._client.generate(**kwargs, params=self._params)
+                self._queue.put_nowait((index, completion))
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # an error reply ends this prompt; the route answers it
+            self._queue.put_nowait((index, error))
+        self._queue.put_nowait((index, _DONE))

@@ -1,0 +1,108 @@
+"""GET /metrics: one daemon stats snapshot in the Prometheus text format.
+
+The figures are the ones `llmd status --json` and `llmd top` read (the same snapshot),
+rendered by prometheus_client under vLLM's names with an `llmd:` prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+FINISH_REASONS = ("stop", "length", "abort", "error")
+"""Always exported (at zero until they happen), so rate() works from the first scrape."""
+
+# snapshot queue/kv key -> (metric name, help)
+_GAUGES = (
+    ("queue", "running", "num_requests_running", "Requests in the running batch."),
+    ("queue", "waiting", "num_requests_waiting", "Requests waiting to be scheduled."),
+    ("queue", "preempted", "num_requests_preempted", "Waiting requests that were preempted."),
+    ("kv", "usage", "kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0-1)."),
+)
+_COUNTERS = (
+    ("totals", "prompt_tokens", "prompt_tokens", "Prompt tokens computed (prefill)."),
+    ("totals", "generation_tokens", "generation_tokens", "Tokens generated."),
+    ("totals", "preemptions", "num_preemptions", "Requests preempted (recomputed later)."),
+    ("kv", "prefix_query_tokens", "prefix_cache_queries", "Prompt tokens looked up in the cache."),
+    ("kv", "prefix_hit_tokens", "prefix_cache_hits", "Prompt tokens served from the cache."),
+)
+_HISTOGRAMS = (
+    ("ttft", "time_to_first_token_seconds", "Arrival to first token."),
+    ("tpot", "request_time_per_output_token_seconds", "Mean time per output token."),
+    ("itl", "inter_token_latency_seconds", "Gaps between consecutive output tokens."),
+    ("e2e", "e2e_request_latency_seconds", "Arrival to finish."),
+    ("queue", "request_queue_time_seconds", "Arrival to first scheduled."),
+    ("prefill", "request_prefill_time_seconds", "First scheduled to first token."),
+    ("decode", "request_decode_time_seconds", "First token to last token."),
+    ("prompt_tokens", "request_prompt_tokens", "Prompt length of completed requests."),
+    ("generation_tokens", "request_generation_tokens", "Output length of completed requests."),
+)
+
+
+class SnapshotCollector(Collector):
+    """Metric families of one stats snapshot (a fresh registry renders it per scrape)."""
+
+    def __init__(self, snapshot: dict[str, Any], prefix: str = "llmd:") -> None:
+        self.snapshot = snapshot
+        self.prefix = prefix
+
+    def collect(self) -> Iterator[Metric]:
+        """Gauges, counters and histograms present in the snapshot."""
+        daemon = self.snapshot.get("daemon", {})
+        labels = ["model_name"]
+        model = [str(daemon.get("model", ""))]
+        for section, key, name, doc in _GAUGES:
+            value = self.snapshot.get(section, {}).get(key)
+            if value is not None:
+                gauge = GaugeMetricFamily(self.prefix + name, doc, labels=labels)
+                gauge.add_metric(model, value)
+                yield gauge
+        for section, key, name, doc in _COUNTERS:
+            value = self.snapshot.get(section, {}).get(key)
+            if value is not None:
+                counter = CounterMetricFamily(self.prefix + name, doc, labels=labels)
+                counter.add_metric(model, value)
+                yield counter
+        finished = self.snapshot.get("totals", {}).get("finished", {})
+        success = CounterMetricFamily(
+            self.prefix + "request_success",
+            "Finished requests by finish reason.",
+            labels=[*labels, "finished_reason"],
+        )
+        for reason in sorted(set(FINISH_REASONS) | set(finished)):
+            success.add_metric([*model, reason], finished.get(reason, 0))
+        yield success
+        histograms = self.snapshot.get("histograms", {})
+        for key, name, doc in _HISTOGRAMS:
+            data = histograms.get(key)
+            if data is not None:
+                family = HistogramMetricFamily(self.prefix + name, doc, labels=labels)
+                family.add_metric(model, _cumulative_buckets(data), data["sum"])
+                yield family
+
+
+def render(snapshot: dict[str, Any]) -> bytes:
+    """The Prometheus text exposition of `snapshot`."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(snapshot))
+    return generate_latest(registry)
+
+
+def _cumulative_buckets(data: dict[str, Any]) -> list[tuple[str, float]]:
+    """Per-bucket counts (last: +Inf) as Prometheus' cumulative `le` buckets."""
+    buckets = []
+    total = 0
+    for bound, count in zip([*data["bounds"], float("inf")], data["counts"]):
+        total += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), total))
+    return buckets

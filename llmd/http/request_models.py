@@ -1,0 +1,176 @@
+"""Request bodies of /v1/completions and /v1/chat/completions, as OpenAI documents them.
+
+pydantic checks types and names the offending field in a 400; fields OpenAI defines that
+llmd does not implement (echo, n > 1, tools, ...) are refused by name rather than ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llmd.http.errors import HttpError, bad_request
+
+
+class StreamOptions(BaseModel):
+    """`stream_options`: whether the last chunk before [DONE] carries usage."""
+
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class SamplingFields(BaseModel):
+    """Fields both endpoints share: model, streaming, sampling and stopping."""
+
+    model_config = ConfigDict(extra="ignore")  # OpenAI clients send fields we need not read
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    # vLLM's extensions, under vLLM's names.
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool | None = None
+
+    def check_supported(self) -> None:
+        """Refuse, by name, what llmd does not implement."""
+        if self.n != 1:
+            raise bad_request(f"only n=1 is supported, got {self.n}", "n")
+        if self.logit_bias:
+            raise bad_request("logit_bias is not supported", "logit_bias")
+
+
+class CompletionRequest(SamplingFields):
+    """POST /v1/completions."""
+
+    prompt: str | list[int] | list[str] | list[list[int]]
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+    logprobs: int | None = Field(default=None, ge=0)
+
+    def check_supported(self) -> None:
+        """Also refuse echo, suffix and best_of > 1."""
+        super().check_supported()
+        if self.echo:
+            raise bad_request("echo is not supported; send the prompt yourself", "echo")
+        if self.suffix:
+            raise bad_request("suffix (insertion) is not supported", "suffix")
+        if self.best_of not in (None, 1):
+            raise bad_request(f"only best_of=1 is supported, got {self.best_of}", "best_of")
+
+    def prompts(self) -> list[str | list[int]]:
+        """The batch of prompts: each a string or a list of token ids."""
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            prompts: list[str | list[int]] = [prompt]
+        elif prompt and all(isinstance(item, int) for item in prompt):
+            prompts = [list(prompt)]  # type: ignore[arg-type]
+        else:
+            prompts = list(prompt)  # type: ignore[arg-type]
+        if not prompts:
+            raise bad_request("must not be empty", "prompt")
+        for index, item in enumerate(prompts):
+            if len(item) == 0:
+                raise bad_request(f"prompt {index} is empty", "prompt")
+            if isinstance(item, list) and any(token_id < 0 for token_id in item):
+                raise bad_request(f"prompt {index} has a negative token id", "prompt")
+        return prompts
+
+
+class ContentPart(BaseModel):
+    """One part of a message's content; only text parts are supported."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    """One message of a conversation."""
+
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[ContentPart] | None = None
+
+    def text(self, index: int) -> str:
+        """The message's text (text parts joined); other part types are refused."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        texts = []
+        for part in self.content:
+            if part.type != "text" or part.text is None:
+                raise bad_request(
+                    f"message {index}: only text content parts are supported, got {part.type!r}",
+                    f"messages.{index}.content",
+                )
+            texts.append(part.text)
+        return "".join(texts)
+
+
+class ChatCompletionRequest(SamplingFields):
+    """POST /v1/chat/completions."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0)
+    tools: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def check_supported(self) -> None:
+        """Also refuse tools and structured output."""
+        super().check_supported()
+        if self.tools:
+            raise bad_request("tools (function calling) are not supported", "tools")
+        if self.response_format and self.response_format.get("type") != "text":
+            raise bad_request("only the text response_format is supported", "response_format")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+
+    def wire_messages(self) -> list[dict[str, str]]:
+        """Messages as the daemon takes them (a developer message is a system message)."""
+        roles = {"developer": "system"}
+        return [
+            {"role": roles.get(m.role, m.role), "content": m.text(i)}
+            for i, m in enumerate(self.messages)
+        ]
+
+
+def parse_body(model: type[SamplingFields], body: Any) -> Any:
+    """Validate a decoded JSON body; the first problem becomes a 400 naming its field."""
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object", None)
+    try:
+        request = model.model_validate(body)
+    except ValidationError as error:
+        raise _first_problem(error) from None
+    request.check_supported()
+    return request
+
+
+def _first_problem(error: ValidationError) -> HttpError:
+    problem = error.errors(include_url=False)[0]
+    field = ".".join(str(part) for part in problem["loc"] if not _is_union_tag(part))
+    return bad_request(f"{field}: {problem['msg']}", field or None)
+
+
+def _is_union_tag(part: Any) -> bool:
+    """pydantic names the union member it tried (`str`, `list[int]`); not a field."""
+    return isinstance(part, str) and ("[" in part or part in ("str", "int", "float", "bool"))

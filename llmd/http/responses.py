@@ -1,0 +1,111 @@
+"""Pieces both generation routes share: usage, finish reasons, disconnect-aware waiting.
+
+A non-streaming client that hangs up is noticed while its request still runs, and the
+request is aborted on the daemon like a streaming one, so no KV is held for nobody.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from llmd.client import Completion
+from llmd.errors import LLMDError, ShuttingDownError
+from llmd.http import sse
+from llmd.http.errors import from_llmd_error
+from llmd.http.generation_group import GenerationGroup
+
+CLIENT_CLOSED_STATUS = 499
+"""Logged for a request whose client left before the answer (nobody reads it)."""
+
+
+def new_id(prefix: str) -> str:
+    """A response id such as `cmpl-3f2a...`."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now_s() -> int:
+    """`created`: Unix seconds."""
+    return int(time.time())
+
+
+def usage(entries: Iterable[dict[str, int]]) -> dict[str, Any]:
+    """OpenAI usage summed over the prompts' daemon usage maps."""
+    entries = list(entries)
+    prompt = sum(entry.get("prompt_tokens", 0) for entry in entries)
+    completion = sum(entry.get("completion_tokens", 0) for entry in entries)
+    cached = sum(entry.get("cached_tokens", 0) for entry in entries)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def finish_reason(reason: str) -> str:
+    """`stop` or `length`; a request the daemon aborted (shutdown) is an error instead."""
+    if reason in ("stop", "length"):
+        return reason
+    raise ShuttingDownError("the daemon aborted this request (it is shutting down)")
+
+
+async def complete(request: Request, group: GenerationGroup) -> list[Completion] | None:
+    """Run every prompt to the end; None (after aborting them) if the client hung up."""
+    group.start()
+    work = asyncio.ensure_future(group.completions())
+    hang_up = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({work, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        hang_up.cancel()
+        if not work.done():
+            work.cancel()
+            group.cancel()
+    if work.cancelled():
+        return None
+    return work.result()
+
+
+def client_gone() -> Response:
+    """What a request whose client left returns (it is never read)."""
+    return Response(status_code=CLIENT_CLOSED_STATUS)
+
+
+async def start_stream(
+    group: GenerationGroup, chunks: Callable[[], AsyncIterator[bytes]]
+) -> StreamingResponse:
+    """Send the prompts; once the daemon accepted all of them, stream `chunks()` as SSE.
+
+    A refusal before acceptance raises (and so gets its HTTP status); a failure after the
+    stream began goes out as an error event followed by [DONE].
+    """
+    group.start()
+    try:
+        await group.wait_accepted()
+    except BaseException:
+        group.cancel()
+        raise
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in chunks():
+                yield chunk
+        except LLMDError as error:
+            yield sse.event(from_llmd_error(error).body())
+        finally:
+            group.cancel()  # no-op once every prompt ended; aborts them on a disconnect
+        yield sse.DONE
+
+    return StreamingResponse(body(), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

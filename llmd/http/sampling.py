@@ -1,0 +1,77 @@
+"""OpenAI request fields -> the daemon's `sampling_params`, validated by SamplingParams.
+
+The daemon validates again on arrival; checking here too lets a bad value come back as
+a 400 naming the field the HTTP client sent (`max_completion_tokens`, `top_logprobs`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmd.errors import InvalidParameterError
+from llmd.http.errors import bad_request
+from llmd.http.request_models import ChatCompletionRequest, CompletionRequest, SamplingFields
+from llmd.sampling_params import SamplingParams
+
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+"""OpenAI's default for /v1/completions; chat runs until a stop or max_model_len."""
+
+_PASSED_AS_IS = (
+    "temperature",
+    "top_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "min_tokens",
+    "ignore_eos",
+    "stop_token_ids",
+    "skip_special_tokens",
+)
+
+
+def completion_params(request: CompletionRequest) -> dict[str, Any]:
+    """sampling_params of a completion request."""
+    params = _shared(request)
+    params["max_tokens"] = (
+        DEFAULT_COMPLETION_MAX_TOKENS if request.max_tokens is None else request.max_tokens
+    )
+    if request.logprobs is not None:
+        params["logprobs"] = request.logprobs
+    return _validated(params, {})
+
+
+def chat_params(request: ChatCompletionRequest, max_model_len: int) -> dict[str, Any]:
+    """sampling_params of a chat request; without a limit, generation may fill the context."""
+    params = _shared(request)
+    renamed: dict[str, str] = {}
+    if request.max_completion_tokens is not None:
+        params["max_tokens"] = request.max_completion_tokens
+        renamed["max_tokens"] = "max_completion_tokens"
+    elif request.max_tokens is not None:
+        params["max_tokens"] = request.max_tokens
+    else:
+        params["max_tokens"] = max_model_len
+    if request.logprobs:
+        params["logprobs"] = request.top_logprobs or 0
+        renamed["logprobs"] = "top_logprobs"
+    return _validated(params, renamed)
+
+
+def _shared(request: SamplingFields) -> dict[str, Any]:
+    params = {name: getattr(request, name) for name in _PASSED_AS_IS}
+    params = {name: value for name, value in params.items() if value is not None}
+    if request.stop is not None:
+        params["stop"] = [request.stop] if isinstance(request.stop, str) else list(request.stop)
+    return params
+
+
+def _validated(params: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any]:
+    try:
+        SamplingParams.from_dict(params)
+    except InvalidParameterError as error:
+        field = renamed.get(error.parameter or "", error.parameter)
+        raise bad_request(f"{field}: {error.message}", field) from None
+    return params

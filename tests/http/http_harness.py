@@ -1,0 +1,66 @@
+"""Helpers for the HTTP tests: a served daemon's handle, readiness and idleness checks.
+
+Idleness is read from the daemon's own stats over ZeroMQ, an independent route from the
+HTTP responses under test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from llmd.client import Client
+
+MAX_MODEL_LEN = 512
+"""The tiny checkpoint's position limit: long enough to outlive a disconnect by a second."""
+DAEMON_ARGS = ["--num-blocks", "512", "--block-size", "16", "--max-model-len", str(MAX_MODEL_LEN)]
+
+
+@dataclass(frozen=True)
+class ServedHttp:
+    """A running daemon: its HTTP base URL, ZeroMQ address, process and log."""
+
+    url: str
+    address: str
+    process: subprocess.Popen
+    log_path: Path
+    model_dir: Path
+
+    @property
+    def v1(self) -> str:
+        """The OpenAI base URL."""
+        return f"{self.url}/v1"
+
+    def kv_used_and_running(self) -> tuple[int, int]:
+        """Blocks in use and running requests, from the daemon's own stats (over ZeroMQ)."""
+        with Client(self.address) as client:
+            snapshot = client.stats(include_requests=False, include_block_map=False)
+        return snapshot["kv"]["num_used"], snapshot["queue"]["running"]
+
+    def wait_idle(self, timeout_s: float = 10.0) -> float:
+        """Seconds until no block is used and nothing runs (raises after `timeout_s`)."""
+        started = time.monotonic()
+        while self.kv_used_and_running() != (0, 0):
+            if time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"still busy: {self.kv_used_and_running()}")
+            time.sleep(0.02)
+        return time.monotonic() - started
+
+
+def wait_http_ready(url: str, process: subprocess.Popen | None = None) -> None:
+    """Poll GET /health until it answers 200."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"daemon exited with {process.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"no HTTP API at {url}")
