@@ -317,6 +317,7 @@ class Daemon:
             "dtype": engine.dtype,
             "max_model_len": engine.max_model_len,
             "num_params": engine.shape.num_params,
+            "vocab_size": engine.shape.vocab_size,
             "device_name": engine.device_name,
             "scheduling_policy": engine.config.scheduling_policy,
             "max_num_batched_tokens": engine.scheduler.config.max_num_batched_tokens,
