@@ -45,10 +45,14 @@ def generate(prompts: tuple[str, ...], as_chat: bool, stats: bool, **kwargs) -> 
 
 
 def _register_optional_commands() -> None:
-    """Attach the daemon and TUI commands defined in their own modules."""
+    """Attach the daemon, TUI and bench commands defined in their own modules."""
     import importlib
 
-    for module_name in ("llmd.commands.daemon_cli", "llmd.commands.tui_cli"):
+    for module_name in (
+        "llmd.commands.daemon_cli",
+        "llmd.commands.tui_cli",
+        "llmd.commands.bench_cli",
+    ):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as error:

@@ -227,6 +227,7 @@ class LLMEngine:
             sample_s=output.sample_s,
             total_s=finished_at - started,
             kv_context_tokens=kv_context_tokens,
+            num_sampling_seqs=sum(1 for chunk in plan.chunks if chunk.is_sampling),
         )
         if not self.scheduler.has_unfinished_requests:
             self.scheduler.check_integrity()  # idle point: the pool must be whole

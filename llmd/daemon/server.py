@@ -30,7 +30,8 @@ from llmd.errors import (
     ShuttingDownError,
 )
 from llmd.metrics import ServingMetrics
-from llmd.metrics.roofline import DTYPE_BYTES, device_peaks
+from llmd.metrics.device_peaks import DevicePeaks, published_peaks
+from llmd.metrics.roofline import DTYPE_BYTES, ModelCost
 from llmd.protocol import (
     CLIENT_MESSAGE_TYPES,
     PROTOCOL_VERSION,
@@ -77,16 +78,23 @@ class Daemon:
         self.address = address
         self.started_at = time.monotonic()
         dtype_bytes = DTYPE_BYTES.get(engine.dtype, 4)
-        peak_gb_per_s, peak_tflop_per_s = device_peaks(engine.device_name, engine.dtype)
+        peaks = _device_peaks(engine)
+        shape = engine.shape
         self.metrics = ServingMetrics(
             window_s=options.metrics_window_s,
             slo_ttft_s=None if options.slo_ttft_ms is None else options.slo_ttft_ms / 1000,
             slo_tpot_s=None if options.slo_tpot_ms is None else options.slo_tpot_ms / 1000,
-            num_params=engine.shape.num_params,
-            weight_bytes=engine.shape.num_params * dtype_bytes,
-            kv_bytes_per_token=engine.shape.kv_bytes_per_token(dtype_bytes),
-            peak_gb_per_s=peak_gb_per_s,
-            peak_tflop_per_s=peak_tflop_per_s,
+            cost=ModelCost(
+                num_params=shape.num_params,
+                vocab_size=shape.vocab_size,
+                hidden_size=shape.hidden_size,
+                is_tied=getattr(shape, "tie_word_embeddings", False),
+            ),
+            dtype_bytes=dtype_bytes,
+            kv_bytes_per_token=shape.kv_bytes_per_token(dtype_bytes),
+            peak_gb_per_s=peaks.gb_per_s,
+            peak_tflop_per_s=peaks.tflop_per_s,
+            peak_source=peaks.source,
         )
         self.outbox = Outbox()
         self.engine_loop = EngineLoop(
@@ -314,6 +322,7 @@ class Daemon:
             "dtype": engine.dtype,
             "max_model_len": engine.max_model_len,
             "num_params": engine.shape.num_params,
+            "vocab_size": engine.shape.vocab_size,
             "device_name": engine.device_name,
             "scheduling_policy": engine.config.scheduling_policy,
             "max_num_batched_tokens": engine.scheduler.config.max_num_batched_tokens,
@@ -394,3 +403,13 @@ class Daemon:
                 self._reply_error(key[0], key[1], error)
                 self._release(key)
             self._is_stopped = True
+
+
+def _device_peaks(engine: Any) -> DevicePeaks:
+    """Datasheet peaks for a known GPU; on CPU, copy bandwidth and GEMM rate measured now."""
+    peaks = published_peaks(engine.device_name, engine.dtype)
+    if peaks.source == "unknown" and engine.device_name == "cpu":
+        from llmd.runner.host_peaks import measure_host_peaks
+
+        peaks = measure_host_peaks(engine.dtype)
+    return peaks

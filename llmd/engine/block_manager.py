@@ -42,6 +42,14 @@ class BlockUsage:
     num_prefix_hit_tokens: int
     """Of those, tokens served from cached blocks."""
 
+    def __post_init__(self) -> None:
+        counted = self.num_used + self.num_cached + self.num_free
+        if counted != self.num_total or min(self.num_used, self.num_cached, self.num_free) < 0:
+            raise RuntimeError(
+                f"KV pool accounting broken: used {self.num_used} + cached {self.num_cached}"
+                f" + free {self.num_free} != total {self.num_total}"
+            )
+
 
 class BlockManager:
     """Hands out KV blocks to requests and shares full blocks of identical prefixes."""
@@ -57,19 +65,24 @@ class BlockManager:
         self.free_queue = FreeBlockQueue(self.blocks)
         self.cached_blocks: dict[bytes, KVBlock] = {}
         self.num_cached_free = 0
+        self.num_used_blocks = 0
+        """Blocks with a nonzero ref count, counted at each 0 <-> 1 transition."""
         self.num_prefix_query_tokens = 0
         self.num_prefix_hit_tokens = 0
 
     # ----------------------------------------------------------------- queries
 
     def usage(self) -> BlockUsage:
-        """Counters for metrics and the dashboard."""
-        num_unreferenced = len(self.free_queue)
+        """Counters for metrics and the dashboard (raises if they disagree with the pool).
+
+        Used comes from its own counter and cached/free from the free queue, so the sum
+        check in BlockUsage compares two independent accounts of the same pool.
+        """
         return BlockUsage(
             num_total=self.num_blocks,
-            num_used=self.num_blocks - num_unreferenced,
+            num_used=self.num_used_blocks,
             num_cached=self.num_cached_free,
-            num_free=num_unreferenced - self.num_cached_free,
+            num_free=len(self.free_queue) - self.num_cached_free,
             num_prefix_query_tokens=self.num_prefix_query_tokens,
             num_prefix_hit_tokens=self.num_prefix_hit_tokens,
         )
@@ -110,8 +123,12 @@ class BlockManager:
         return hits, len(hits) * self.block_size
 
     def record_prefix_lookup(self, request: Request, num_hit_tokens: int) -> None:
-        """Count an admitted request's prompt tokens and prefix hits for the hit rate."""
-        if self.enable_prefix_caching:
+        """Count an admitted request's prompt tokens and prefix hits for the hit rate.
+
+        A preempted request's re-admission is not a new lookup: counting it again would
+        inflate the hit rate with the request's own recomputed blocks.
+        """
+        if self.enable_prefix_caching and request.num_preemptions == 0:
             self.num_prefix_query_tokens += request.num_prompt_tokens
             self.num_prefix_hit_tokens += min(num_hit_tokens, request.num_prompt_tokens)
 
@@ -187,6 +204,7 @@ class BlockManager:
             if block.block_hash is not None:
                 self._evict(block)
             block.ref_count = 1
+            self.num_used_blocks += 1
             request.block_ids.append(block.block_id)
         return True
 
@@ -202,6 +220,7 @@ class BlockManager:
             if block.ref_count < 0:
                 raise KVCacheIntegrityError(f"{block} freed more often than allocated")
             if block.ref_count == 0:
+                self.num_used_blocks -= 1
                 self.free_queue.append(block)
                 if block.block_hash is not None:
                     self.num_cached_free += 1
@@ -209,6 +228,7 @@ class BlockManager:
 
     def _touch(self, block: KVBlock) -> None:
         if block.ref_count == 0:
+            self.num_used_blocks += 1
             self.free_queue.remove(block)
             if block.block_hash is not None:
                 self.num_cached_free -= 1
@@ -251,6 +271,9 @@ class BlockManager:
             raise KVCacheIntegrityError(
                 f"cached-free counter {self.num_cached_free} != actual {num_cached_free}"
             )
+        num_used = sum(1 for block in self.blocks if block.ref_count > 0)
+        if num_used != self.num_used_blocks:
+            raise RuntimeError(f"used-block counter {self.num_used_blocks} != actual {num_used}")
         if sum(1 for _ in self.free_queue) != len(self.free_queue):
             raise KVCacheIntegrityError("free queue length counter is wrong")
         for block_hash, block in self.cached_blocks.items():

@@ -167,7 +167,9 @@ class Scheduler:
         is_sampling = request.num_computed_tokens + num_new == request.num_tokens
         chunk = ScheduledChunk(request, num_new, is_sampling)
         output.chunks.append(chunk)
-        if chunk.is_decode:
+        # A one-token chunk is a decode only when that token is an output: the last prompt
+        # token (1-token prompt, last chunk, prefix hit leaving one) is prefill work.
+        if chunk.is_decode and request.num_output_tokens > 0:
             output.num_decode_tokens += 1
         else:
             output.num_prefill_tokens += num_new

@@ -29,6 +29,8 @@ class StepStats:
     total_s: float
     kv_context_tokens: int = 0
     """Context tokens whose K/V were read by attention this step (bandwidth accounting)."""
+    num_sampling_seqs: int = 0
+    """Sequences that sampled a token this step: the rows the output projection ran on."""
 
     @property
     def num_tokens(self) -> int:

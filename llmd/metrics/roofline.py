@@ -1,46 +1,54 @@
 """Back-of-envelope hardware estimates: bytes a decode step reads, FLOPs a prefill does.
 
-Decode is memory-bound (every step reads all weights plus the batch's KV cache) and
-prefill compute-bound (about 2 FLOPs per parameter per token), so these two numbers tell
-`llmd top` how close the engine runs to the device's bandwidth and compute peaks.
+Decode is memory-bound (every step reads the weights it multiplies plus the batch's KV
+cache) and prefill compute-bound (2 FLOPs per multiplied parameter per token), so these
+two numbers tell `llmd top` how close the engine runs to the device's peaks.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def decode_step_bytes(weight_bytes: int, kv_context_tokens: int, kv_bytes_per_token: int) -> int:
-    """Bytes one decode step reads: every weight once plus the K/V of every context token."""
-    return weight_bytes + kv_context_tokens * kv_bytes_per_token
+@dataclass(frozen=True)
+class ModelCost:
+    """Where a model's parameters are used: per computed token, per sampled row, or looked up.
 
-
-def prefill_flops(num_params: int, num_prefill_tokens: int) -> int:
-    """Matmul FLOPs of a prefill: 2 per parameter per token (attention scores neglected)."""
-    return 2 * num_params * num_prefill_tokens
-
-
-# Published dense peaks per accelerator: (memory GB/s, {dtype: TFLOP/s}). Tensor-core
-# figures for 16-bit types, plain FP32 for float32; matched by substring of the device name.
-_PEAKS: tuple[tuple[str, float, dict[str, float]], ...] = (
-    ("H200", 4800.0, {"bfloat16": 989.0, "float16": 989.0, "float32": 67.0}),
-    ("H100 PCIe", 2000.0, {"bfloat16": 756.0, "float16": 756.0, "float32": 51.0}),
-    ("H100", 3350.0, {"bfloat16": 989.0, "float16": 989.0, "float32": 67.0}),
-    ("A100-SXM4-80GB", 2039.0, {"bfloat16": 312.0, "float16": 312.0, "float32": 19.5}),
-    ("A100", 1555.0, {"bfloat16": 312.0, "float16": 312.0, "float32": 19.5}),
-    ("L40S", 864.0, {"bfloat16": 362.0, "float16": 362.0, "float32": 91.6}),
-    ("L4", 300.0, {"bfloat16": 121.0, "float16": 121.0, "float32": 30.3}),
-    ("RTX 4090", 1008.0, {"bfloat16": 165.0, "float16": 165.0, "float32": 82.6}),
-)
-
-
-def device_peaks(device_name: str, dtype: str) -> tuple[float | None, float | None]:
-    """(peak GB/s, peak TFLOP/s) of a known accelerator for a dtype; (None, None) otherwise.
-
-    CPUs and unknown GPUs have no entry: `llmd top` then says "peak unknown" instead of
-    comparing against an invented number.
+    The input embedding is a table lookup (no FLOPs, one row read per token) and the
+    output projection runs only on the rows that sample, so counting them as dense
+    per-token work overstates prefill FLOPs and (untied) decode bytes.
     """
-    for key, gb_per_s, tflops in _PEAKS:
-        if key in device_name:
-            return gb_per_s, tflops.get(dtype)
-    return None, None
+
+    num_params: int
+    """Distinct parameters (a tied embedding counted once)."""
+    vocab_size: int = 0
+    hidden_size: int = 0
+    is_tied: bool = False
+    """True when the output projection reuses the input embedding table."""
+
+    @property
+    def num_table_params(self) -> int:
+        """Parameters of one vocabulary x hidden table (the embedding or the output projection)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def num_body_params(self) -> int:
+        """Parameters multiplied once per computed token: every layer and the final norm."""
+        num_tables = 1 if self.is_tied else 2
+        return max(0, self.num_params - num_tables * self.num_table_params)
+
+    def step_flops(self, num_tokens: int, num_sampled_rows: int) -> int:
+        """Matmul FLOPs of a step: the body on every token, the projection on sampled rows."""
+        return 2 * (self.num_body_params * num_tokens + self.num_table_params * num_sampled_rows)
+
+    def decode_step_bytes(
+        self, dtype_bytes: int, num_seqs: int, kv_context_tokens: int, kv_bytes_per_token: int
+    ) -> int:
+        """Bytes a decode step reads: the body and output projection once, one embedding row
+        per sequence, and the K/V of every context token."""
+        weight_params = self.num_body_params + self.num_table_params
+        embedding_params = num_seqs * self.hidden_size
+        kv_bytes = kv_context_tokens * kv_bytes_per_token
+        return (weight_params + embedding_params) * dtype_bytes + kv_bytes

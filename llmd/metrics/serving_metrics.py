@@ -15,7 +15,7 @@ from llmd.metrics.bucket_histogram import LATENCY_BUCKETS_S, TOKEN_COUNT_BUCKETS
 from llmd.metrics.goodput import GoodputTracker
 from llmd.metrics.histogram import SlidingHistogram
 from llmd.metrics.rate import RateMeter
-from llmd.metrics.roofline import decode_step_bytes, prefill_flops
+from llmd.metrics.roofline import ModelCost
 
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
 STEP_PHASES = ("schedule", "prepare", "forward", "sample", "idle_gap")
@@ -32,20 +32,23 @@ class ServingMetrics:
         window_s: float = 60.0,
         slo_ttft_s: float | None = None,
         slo_tpot_s: float | None = None,
-        num_params: int = 0,
-        weight_bytes: int = 0,
+        cost: ModelCost | None = None,
+        dtype_bytes: int = 4,
         kv_bytes_per_token: int = 0,
         clock: Callable[[], float] = time.monotonic,
         peak_gb_per_s: float | None = None,
         peak_tflop_per_s: float | None = None,
+        peak_source: str = "unknown",
     ) -> None:
         self.window_s = window_s
         self.peak_gb_per_s = peak_gb_per_s
-        """The device's memory-bandwidth peak, when known (None on CPU)."""
+        """The device's memory-bandwidth peak: published for known GPUs, measured on CPU."""
         self.peak_tflop_per_s = peak_tflop_per_s
-        """The device's dense compute peak for the running dtype, when known."""
-        self.num_params = num_params
-        self.weight_bytes = weight_bytes
+        """The device's dense compute peak for the running dtype, when known or measured."""
+        self.peak_source = peak_source
+        """Where the peaks come from: "published", "measured" or "unknown"."""
+        self.cost = cost or ModelCost(num_params=0)
+        self.dtype_bytes = dtype_bytes
         self.kv_bytes_per_token = kv_bytes_per_token
         self._clock = clock
         self._lock = threading.Lock()
@@ -69,6 +72,8 @@ class ServingMetrics:
         self._decode_seconds = meter()
         self._prefill_flops = meter()
         self._prefill_seconds = meter()
+        self.num_scheduled_seqs = 0
+        """Sequences summed over all steps (divided by steps: the mean batch size)."""
         self.num_preemptions = 0
         self.finish_counts: dict[str, int] = {}
 
@@ -84,14 +89,19 @@ class ServingMetrics:
             for phase, seconds in zip(STEP_PHASES, (*durations, idle_gap_s)):
                 self._phase_seconds[phase].add(seconds, now)
             self.num_preemptions += stats.num_preempted
+            self.num_scheduled_seqs += stats.num_prefill_seqs + stats.num_decode_seqs
             if stats.num_prefill_tokens == 0 and stats.num_decode_tokens > 0:
-                step_bytes = decode_step_bytes(
-                    self.weight_bytes, stats.kv_context_tokens, self.kv_bytes_per_token
+                step_bytes = self.cost.decode_step_bytes(
+                    self.dtype_bytes,
+                    stats.num_decode_seqs,
+                    stats.kv_context_tokens,
+                    self.kv_bytes_per_token,
                 )
                 self._decode_bytes.add(step_bytes, now)
                 self._decode_seconds.add(stats.forward_s, now)
             elif stats.num_prefill_tokens > 0:
-                flops = prefill_flops(self.num_params, stats.num_prefill_tokens)
+                # A mixed step's decode rows ride along in the same matmuls and forward time.
+                flops = self.cost.step_flops(stats.num_tokens, stats.num_sampling_seqs)
                 self._prefill_flops.add(flops, now)
                 self._prefill_seconds.add(stats.forward_s, now)
 
@@ -174,12 +184,18 @@ class ServingMetrics:
                     ),
                     "peak_gb_per_s": self.peak_gb_per_s,
                     "peak_tflop_per_s": self.peak_tflop_per_s,
+                    "peak_source": self.peak_source,
                 },
                 "totals": {
                     "steps": int(self._steps.lifetime_total),
                     "prompt_tokens": int(self._prompt_tokens.lifetime_total),
                     "generation_tokens": int(self._generation_tokens.lifetime_total),
                     "preemptions": self.num_preemptions,
+                    "scheduled_seqs": self.num_scheduled_seqs,
+                    "decode_bytes": self._decode_bytes.lifetime_total,
+                    "decode_seconds": self._decode_seconds.lifetime_total,
+                    "prefill_flops": self._prefill_flops.lifetime_total,
+                    "prefill_seconds": self._prefill_seconds.lifetime_total,
                     "finished": dict(self.finish_counts),
                 },
                 "histograms": {name: h.to_dict() for name, h in self._lifetime.items()},

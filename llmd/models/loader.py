@@ -55,6 +55,8 @@ class ModelShape:
     num_params: int
     """Distinct parameters (tied embeddings counted once)."""
     sliding_window: int | None = None
+    tie_word_embeddings: bool = False
+    """True when the output projection shares the input embedding table."""
 
     @property
     def max_model_len(self) -> int:
@@ -122,6 +124,7 @@ def model_shape(hf_config: transformers.PretrainedConfig) -> ModelShape:
         max_position_embeddings=hf_config.max_position_embeddings,
         num_params=num_params,
         sliding_window=_effective_sliding_window(hf_config),
+        tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
     )
 
 

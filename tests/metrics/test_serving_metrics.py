@@ -6,7 +6,8 @@ import pytest
 
 from llmd.engine.step_stats import StepStats
 from llmd.metrics import ServingMetrics
-from llmd.metrics.roofline import device_peaks
+from llmd.metrics.device_peaks import device_peaks
+from llmd.metrics.roofline import ModelCost
 from llmd.outputs import RequestMetrics
 
 
@@ -58,11 +59,14 @@ def _request_metrics(ttft: float, tpot: float | None, itl=(0.01, 0.02)) -> Reque
 
 def test_steps_give_throughput_split_and_hardware_estimates():
     clock = FakeClock()
+    # Untied: 1000 distinct params = 600 body + 2 tables of 20 x 10.
+    cost = ModelCost(num_params=1000, vocab_size=20, hidden_size=10, is_tied=False)
     metrics = ServingMetrics(
-        window_s=10, num_params=1000, weight_bytes=4000, kv_bytes_per_token=100, clock=clock
+        window_s=10, cost=cost, dtype_bytes=4, kv_bytes_per_token=100, clock=clock
     )
     clock.now += 10
-    metrics.record_step(_step(prefill=50, decode=0, forward_s=0.01), 1, idle_gap_s=0.0)
+    prefill = _step(prefill=50, decode=0, forward_s=0.01, num_sampling_seqs=1)
+    metrics.record_step(prefill, 1, idle_gap_s=0.0)
     metrics.record_step(_step(0, 4, 0.002, kv_context_tokens=60), 4, idle_gap_s=0.004)
     metrics.record_step(_step(0, 4, 0.002, kv_context_tokens=64, num_preempted=1), 4, 0.002)
     snapshot = metrics.snapshot()
@@ -76,9 +80,10 @@ def test_steps_give_throughput_split_and_hardware_estimates():
     assert step["idle_gap_ms"] == pytest.approx(2.0)
     assert step["schedule_ms"] == pytest.approx(1.0)
     assert step["time"]["count"] == 3
-    decode_bytes = 2 * 4000 + (60 + 64) * 100
+    # Each decode step reads body + output projection (800 params) and 4 embedding rows.
+    decode_bytes = 2 * (800 + 4 * 10) * 4 + (60 + 64) * 100
     assert snapshot["hardware"]["decode_gb_per_s"] == pytest.approx(decode_bytes / 0.004 / 1e9)
-    prefill_flops = 2 * 1000 * 50
+    prefill_flops = 2 * 600 * 50 + 2 * 200 * 1
     assert snapshot["hardware"]["prefill_tflop_per_s"] == pytest.approx(prefill_flops / 0.01 / 1e12)
     assert snapshot["totals"]["preemptions"] == 1 and snapshot["totals"]["steps"] == 3
     assert step["prefill_time_share"] == pytest.approx(0.01 / 0.014)
@@ -109,6 +114,7 @@ def test_empty_snapshot_has_no_division_by_zero():
         "prefill_tflop_per_s": None,
         "peak_gb_per_s": None,
         "peak_tflop_per_s": None,
+        "peak_source": "unknown",
     }
     assert snapshot["step"]["prefill_time_share"] is None
 
@@ -116,6 +122,11 @@ def test_empty_snapshot_has_no_division_by_zero():
 def test_device_peaks_known_gpu_and_unknown():
     assert device_peaks("NVIDIA H200", "bfloat16") == (4800.0, 989.0)
     assert device_peaks("NVIDIA H100 80GB HBM3", "float32") == (3350.0, 67.0)
+    assert device_peaks("NVIDIA L40", "bfloat16") == (864.0, 181.0)
+    assert device_peaks("NVIDIA L4", "bfloat16") == (300.0, 121.0)
+    assert device_peaks("NVIDIA H100 NVL", "bfloat16") == (3900.0, 835.0)
+    assert device_peaks("NVIDIA A100 80GB PCIe", "bfloat16") == (1935.0, 312.0)
+    assert device_peaks("NVIDIA L40X prototype", "bfloat16") == (None, None)
     assert device_peaks("cpu", "float32") == (None, None)
     metrics = ServingMetrics(peak_gb_per_s=4800.0, peak_tflop_per_s=989.0)
     assert metrics.snapshot()["hardware"]["peak_gb_per_s"] == 4800.0

@@ -1,0 +1,1 @@
+"""Benchmarks of llmd: a serving load generator, budget sweeps and offline throughput."""

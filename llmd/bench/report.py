@@ -1,0 +1,200 @@
+"""Turns a run's records and the daemon's before/after stats into figures, a table and JSON.
+
+Every number printed is in the JSON too, with each request's raw timings, so a run can
+be re-analysed without being re-run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from llmd.bench.latency_stats import summarize
+from llmd.bench.request_record import ABORTED, FAILED, RequestRecord
+from llmd.bench.slo import Slo, goodput
+
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
+
+
+def _ms(values: Sequence[float | None]) -> list[float]:
+    return [value * 1000 for value in values if value is not None]
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any], *path: str) -> float | None:
+    """after - before of a nested counter, or None when either snapshot lacks it."""
+    values = []
+    for snapshot in (before, after):
+        node: Any = snapshot
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, (int, float)):
+            return None
+        values.append(node)
+    return values[1] - values[0]
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def daemon_window(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's counters over the run: hit rate, preemptions, batch size, GB/s, FLOP/s."""
+    hardware = after.get("hardware", {})
+    return {
+        "steps": _delta(before, after, "totals", "steps"),
+        "preemptions": _delta(before, after, "totals", "preemptions"),
+        "prefix_hit_rate": _ratio(
+            _delta(before, after, "kv", "prefix_hit_tokens"),
+            _delta(before, after, "kv", "prefix_query_tokens"),
+        ),
+        "mean_batch_size": _ratio(
+            _delta(before, after, "totals", "scheduled_seqs"),
+            _delta(before, after, "totals", "steps"),
+        ),
+        "decode_gb_per_s": _ratio(
+            _scaled(_delta(before, after, "totals", "decode_bytes"), 1e-9),
+            _delta(before, after, "totals", "decode_seconds"),
+        ),
+        "prefill_flop_per_s": _ratio(
+            _delta(before, after, "totals", "prefill_flops"),
+            _delta(before, after, "totals", "prefill_seconds"),
+        ),
+        "peak_gb_per_s": hardware.get("peak_gb_per_s"),
+        "peak_tflop_per_s": hardware.get("peak_tflop_per_s"),
+        "peak_source": hardware.get("peak_source"),
+        "latency_histograms_ms": {
+            name: {
+                key: (value * 1000 if key != "count" and value is not None else value)
+                for key, value in after.get("latency", {}).get(name, {}).items()
+            }
+            for name in ("ttft", "tpot", "itl", "e2e")
+        },
+        "config": {
+            key: after.get("daemon", {}).get(key)
+            for key in ("model", "device_name", "dtype", "max_num_batched_tokens", "max_num_seqs")
+        },
+    }
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def build_result(
+    records: Sequence[RequestRecord],
+    slo: Slo,
+    config: dict[str, Any],
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Every figure of a run, plus the raw records."""
+    completed = [record for record in records if record.is_ok]
+    sent = [record.sent_s for record in records]
+    ended = [record.finished_s for record in records if record.finished_s is not None]
+    duration_s = (max(ended) - min(sent)) if sent and ended else 0.0
+    num_input = sum(record.num_prompt_tokens for record in completed)
+    num_output = sum(record.num_output_tokens for record in completed)
+    latency = {
+        "ttft": summarize(_ms([r.ttft for r in completed])),
+        "tpot": summarize(_ms([r.tpot for r in completed])),
+        "itl": summarize(_ms([gap for r in completed for gap in r.itl])),
+        "e2e": summarize(_ms([r.e2e for r in completed])),
+    }
+    server_latency = {
+        name: summarize(_ms([r.server_timings.get(name) for r in completed]))
+        for name in ("ttft", "tpot", "e2e")
+    }
+    errors = Counter(record.error for record in records if record.error)
+    return {
+        "config": config,
+        "duration_s": duration_s,
+        "num_requests": len(records),
+        "num_completed": len(completed),
+        "num_failed": sum(1 for record in records if record.status == FAILED),
+        "num_aborted": sum(1 for record in records if record.status == ABORTED),
+        "errors": dict(errors.most_common(10)),
+        "throughput": {
+            "requests_per_s": _ratio(len(completed), duration_s),
+            "input_tokens_per_s": _ratio(num_input, duration_s),
+            "output_tokens_per_s": _ratio(num_output, duration_s),
+            "num_input_tokens": num_input,
+            "num_output_tokens": num_output,
+        },
+        "latency_ms": latency,
+        "server_latency_ms": server_latency,
+        "goodput": {"slo_ms": slo.as_ms(), **goodput(records, slo, duration_s)},
+        "daemon": daemon_window(before, after) if before and after else None,
+        "requests": [record.to_json() for record in records],
+    }
+
+
+def _fmt(value: float | int | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:,.{digits}f}"
+
+
+def _si(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.2f} {prefix}{unit}"
+    return f"{value:.2f} {unit}"
+
+
+def render_table(result: dict[str, Any]) -> str:
+    """The human summary of a run, about 30 lines wide enough for 80 columns."""
+    throughput = result["throughput"]
+    lines = [
+        f"requests      {result['num_requests']} sent, {result['num_completed']} completed, "
+        f"{result['num_failed']} failed, {result['num_aborted']} aborted "
+        f"in {result['duration_s']:.2f} s",
+        f"throughput    {_fmt(throughput['requests_per_s'], 2)} req/s, "
+        f"input {_fmt(throughput['input_tokens_per_s'])} tok/s, "
+        f"output {_fmt(throughput['output_tokens_per_s'])} tok/s",
+    ]
+    for error, count in result["errors"].items():
+        lines.append(f"  error x{count}: {error}")
+    lines.append("")
+    lines.append(f"{'latency (ms)':<14}{'mean':>10}{'median':>10}{'p90':>10}{'p99':>10}{'max':>10}")
+    for name in LATENCIES:
+        row = result["latency_ms"][name]
+        cells = "".join(f"{_fmt(row[key]):>10}" for key in ("mean", "median", "p90", "p99", "max"))
+        lines.append(f"{name.upper():<14}{cells}")
+    good = result["goodput"]
+    slo_text = ", ".join(f"{k}<={v:g}ms" for k, v in good["slo_ms"].items() if v is not None)
+    lines.append("")
+    lines.append(
+        f"goodput       {_fmt(good['requests_per_s'], 2)} req/s meet "
+        f"{slo_text or 'no SLO (every completed request)'}"
+        f" ({_fmt(None if good['fraction'] is None else good['fraction'] * 100)}% of requests)"
+    )
+    daemon = result.get("daemon")
+    if daemon:
+        hit = daemon["prefix_hit_rate"]
+        lines.append(
+            f"daemon        prefix hit {_fmt(None if hit is None else hit * 100)}%, "
+            f"preemptions {_fmt(daemon['preemptions'])}, "
+            f"mean batch {_fmt(daemon['mean_batch_size'], 2)} seqs"
+        )
+        lines.append(
+            f"              decode {_fmt(daemon['decode_gb_per_s'], 2)} GB/s, "
+            f"prefill {_si(daemon['prefill_flop_per_s'], 'FLOP/s')} "
+            f"(peaks {_fmt(daemon['peak_gb_per_s'], 1)} GB/s, "
+            f"{_fmt(daemon['peak_tflop_per_s'], 3)} TFLOP/s, {daemon['peak_source']})"
+        )
+    return "\n".join(lines)
+
+
+def write_json(result: dict[str, Any], path: str | Path) -> None:
+    """Write the whole result (figures and raw records) as indented JSON."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=1))

@@ -1,0 +1,145 @@
+"""`llmd bench serve`: build the dataset, play it against a daemon, summarize the run.
+
+One function from options to result dict, shared by the command and by the sweep, so
+a sweep point is exactly what a user would get running `bench serve` by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from llmd.bench.arrivals import arrival_offsets
+from llmd.bench.datasets import (
+    Session,
+    multi_turn_sessions,
+    random_sessions,
+    shared_prefix_sessions,
+    sharegpt_sessions,
+)
+from llmd.bench.load_generator import LoadGenerator
+from llmd.bench.progress import Progress
+from llmd.bench.report import build_result
+from llmd.bench.slo import Slo
+from llmd.errors import InvalidParameterError
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Everything one `bench serve` run needs; field docs are the command's --help."""
+
+    address: str | None = None
+    dataset: str = "random"
+    num_prompts: int = 100
+    """Requests (single-turn datasets) or sessions (multi-turn)."""
+    input_len: int = 128
+    output_len: int = 64
+    range_ratio: float = 0.0
+    num_groups: int = 4
+    prefix_len: int = 256
+    num_turns: int = 3
+    dataset_path: str | None = None
+    tokenizer: str | None = None
+    request_rate: float = math.inf
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    seed: int = 0
+    slo: str | None = None
+    vocab_size: int | None = None
+    show_progress: bool = True
+
+
+def _vocab_size(options: ServeOptions, stats: dict[str, Any]) -> int:
+    vocab_size = options.vocab_size or stats.get("daemon", {}).get("vocab_size")
+    if not vocab_size:
+        raise InvalidParameterError(
+            "the daemon does not report its vocab size; pass --vocab-size", "vocab_size"
+        )
+    return int(vocab_size)
+
+
+def _encoder(options: ServeOptions, stats: dict[str, Any]):
+    """text -> ids with the daemon's tokenizer.json when it can be found locally, else None."""
+    from llmd.bench.local_tokenizer import find_encoder
+
+    return find_encoder(options.tokenizer or stats.get("daemon", {}).get("model"))
+
+
+def build_sessions(options: ServeOptions, stats: dict[str, Any]) -> list[Session]:
+    """The seeded workload the options describe."""
+    if options.num_prompts < 1:
+        raise InvalidParameterError("num_prompts must be at least 1", "num_prompts")
+    if options.dataset == "sharegpt":
+        if not options.dataset_path:
+            raise InvalidParameterError("the sharegpt dataset needs --dataset-path", "dataset_path")
+        return sharegpt_sessions(
+            options.dataset_path, options.num_prompts, options.seed, _encoder(options, stats)
+        )
+    vocab_size = _vocab_size(options, stats)
+    common = dict(output_len=options.output_len, vocab_size=vocab_size, seed=options.seed)
+    if options.dataset == "random":
+        return random_sessions(
+            options.num_prompts, options.input_len, range_ratio=options.range_ratio, **common
+        )
+    if options.dataset == "shared-prefix":
+        return shared_prefix_sessions(
+            options.num_prompts, options.num_groups, options.prefix_len, options.input_len, **common
+        )
+    if options.dataset == "multi-turn":
+        return multi_turn_sessions(
+            options.num_prompts, options.num_turns, options.input_len, **common
+        )
+    raise InvalidParameterError(f"unknown dataset {options.dataset!r}", "dataset")
+
+
+async def run_serve_async(options: ServeOptions, driver=None) -> dict[str, Any]:
+    """Run the benchmark against the daemon and return every figure (see report.py)."""
+    slo = Slo.parse(options.slo)
+    if options.max_concurrency is not None and options.max_concurrency < 1:
+        raise InvalidParameterError("max_concurrency must be at least 1", "max_concurrency")
+    if driver is None:
+        from llmd.bench.zmq_driver import ZmqDriver
+
+        driver = ZmqDriver(options.address)
+    try:
+        before = await driver.stats()
+        sessions = build_sessions(options, before)
+        kind = (
+            "gamma"
+            if options.burstiness != 1.0 and options.arrival == "poisson"
+            else options.arrival
+        )
+        offsets = arrival_offsets(
+            len(sessions), options.request_rate, kind, options.burstiness, options.seed
+        )
+        num_requests = sum(len(session.turns) for session in sessions)
+        progress = Progress(num_requests, sys.stderr if options.show_progress else None)
+        generator = LoadGenerator(
+            driver, sessions, offsets, options.max_concurrency, progress.update
+        )
+        records = await generator.run()
+        progress.close()
+        after = await driver.stats()
+    finally:
+        await driver.close()
+    config = {**asdict(options), "arrival": kind, "request_rate": _json_rate(options.request_rate)}
+    return build_result(records, slo, config, before, after)
+
+
+def _json_rate(rate: float) -> float | str:
+    return "inf" if math.isinf(rate) else rate
+
+
+def run_serve(options: ServeOptions) -> dict[str, Any]:
+    """Blocking wrapper of run_serve_async."""
+    return asyncio.run(run_serve_async(options))
+
+
+def default_model_dir() -> Path:
+    """The shipped default model's directory."""
+    return Path(__file__).resolve().parent.parent / "default_model"
