@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
 
@@ -130,3 +131,28 @@ def test_writing_to_a_full_stdout_is_an_error_line_not_a_traceback():
         )  # fmt: skip
     assert process.returncode == 1
     assert process.stderr == "Error: cannot write the output: No space left on device\n"
+
+
+def test_the_first_ctrl_c_of_serve_says_a_second_one_aborts(capsys):
+    from llmd.daemon.serve import _drain_on_signals
+
+    class RecordingDaemon:
+        def __init__(self) -> None:
+            self.drains: list[bool] = []
+
+        def request_drain(self, now: bool = False) -> None:
+            self.drains.append(now)
+
+    daemon = RecordingDaemon()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _drain_on_signals(daemon)
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert daemon.drains == [False, True]
+    assert capsys.readouterr().err == (
+        "llmd: draining in-flight requests; press Ctrl-C again to abort them\n"
+    )
