@@ -17,31 +17,74 @@ from llmd.cli_options import (
     pop_engine_kwargs,
     pop_sampling_params,
 )
-from llmd.errors import LLMDError
+from llmd.commands.cli_group import LLMDGroup
+from llmd.commands.help_text import ADDRESS_HELP, MAIN_EPILOG
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LLMDGroup,
+    context_settings=CONTEXT_SETTINGS,
+    invoke_without_command=True,
+    epilog=MAIN_EPILOG,
+)
 @click.version_option(package_name="llmd")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """llmd: a single-node LLM serving engine, daemon and terminal apps."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+        ctx.exit(0)
 
 
-@main.command()
+@main.command(
+    epilog="""\b
+Examples:
+  llmd generate "Once upon a time"                 # the running daemon, else in-process
+  llmd generate --chat --max-tokens 64 "Tell me a joke."
+  echo "Hello" | llmd generate -                    # the prompt from stdin
+  llmd generate --local --model ./my-model --logprobs 3 "Hi" "Bonjour"
+"""
+)
 @apply_options(ENGINE_OPTIONS)
 @apply_options(SAMPLING_OPTIONS)
 @click.option("--chat", "as_chat", is_flag=True, help="Wrap each prompt in the chat template.")
-@click.option("--stats", is_flag=True, help="Print per-request latency metrics.")
+@click.option("--stats", is_flag=True, help="Print per-request latency metrics to stderr.")
+@click.option(
+    "--local",
+    is_flag=True,
+    help="Load the model in this process even when a daemon is running (implied by any "
+    "engine flag such as --model).",
+)
+@click.option("--address", default=None, help=ADDRESS_HELP)
 @click.argument("prompts", nargs=-1, required=True)
-def generate(prompts: tuple[str, ...], as_chat: bool, stats: bool, **kwargs) -> None:
-    """Generate completions for PROMPTS (streams when there is one prompt)."""
-    from llmd.commands.generate import run_generate
+@click.pass_context
+def generate(ctx: click.Context, prompts: tuple[str, ...], as_chat: bool, stats: bool,
+             local: bool, address: str | None, **kwargs) -> None:  # fmt: skip
+    """Generate completions for PROMPTS (`-` reads one from stdin; one prompt streams).
 
-    try:
-        params = pop_sampling_params(kwargs)
-        engine_kwargs = pop_engine_kwargs(kwargs)
-        run_generate(list(prompts), params, engine_kwargs, as_chat=as_chat, show_stats=stats)
-    except LLMDError as error:
-        raise click.ClickException(f"{error.code}: {error}") from None
+    Uses the daemon running at --address when there is one, else loads the model here.
+    """
+    from llmd.commands.generate import GenerateJob, read_prompts, run_generate
+
+    params = pop_sampling_params(kwargs)
+    engine_kwargs = pop_engine_kwargs(kwargs)
+    explicit_engine_flags = [
+        name
+        for name in engine_kwargs
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+    ]
+    job = GenerateJob(
+        prompts=read_prompts(prompts, sys.stdin),
+        params=params,
+        engine_kwargs=engine_kwargs,
+        as_chat=as_chat,
+        show_stats=stats,
+        is_local=local or bool(explicit_engine_flags),
+        address=address,
+    )
+    sys.exit(run_generate(job))
 
 
 def _register_optional_commands() -> None:

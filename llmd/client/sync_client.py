@@ -155,21 +155,28 @@ class Client:
         del data["type"], data["v"]
         return data
 
-    def shutdown(self, now: bool = False, timeout: float | None = None, wait: bool = True) -> None:
-        """Ask the daemon to drain (or abort, with `now`) and exit; wait until it has."""
+    def shutdown(
+        self, now: bool = False, timeout: float | None = None, wait: bool = True
+    ) -> str | None:
+        """Ask the daemon to drain (or abort, with `now`) and exit; wait until it has.
+
+        Returns the daemon's last acknowledgement ("stopped: drained N, aborted M") if read.
+        """
         request = ShutdownRequest(self._new_id(), now, timeout)
         self._inboxes[request.id] = deque()
         try:
             self._send_request(request)
             self._next_for(request.id)  # "draining"
             if wait:
-                self._next_for(request.id)  # "stopped"
+                stopped = self._next_for(request.id)  # "stopped: drained N, aborted M"
+                return getattr(stopped, "message", None)
         except Exception as error:
             # A daemon that vanished without the last ack has stopped too.
             if not wait or getattr(error, "code", None) != "daemon_not_running":
                 raise
         finally:
             self._inboxes.pop(request.id, None)
+        return None
 
     def close(self) -> None:
         """Abort open streams, end subscriptions and close the socket."""

@@ -14,9 +14,9 @@ from typing import Any
 import click
 
 from llmd.cli_options import ENGINE_OPTIONS, apply_options, pop_engine_kwargs
+from llmd.commands.cli_group import cli_error
+from llmd.commands.help_text import ADDRESS_HELP
 
-ADDRESS_HELP = "ipc://PATH or tcp://HOST:PORT (default: $LLMD_ADDRESS, else an ipc socket in "
-ADDRESS_HELP += "$XDG_RUNTIME_DIR/llmd or /tmp/llmd-$UID)."
 STOP_WAIT_S = 10.0
 """After the daemon acknowledged stopping, how long `llmd stop` waits for it to release its
 address lock (the last thing it does before exiting)."""
@@ -27,14 +27,21 @@ def register(main: click.Group) -> None:
     main.add_command(serve)
     main.add_command(stop)
     main.add_command(status)
+    main.add_command(logs)
 
 
 def _fail(error: Exception) -> click.ClickException:
-    code = getattr(error, "code", "error")
-    return click.ClickException(f"{code}: {error}")
+    return cli_error(error)
 
 
-@click.command()
+@click.command(
+    epilog="""\b
+Examples:
+  llmd serve                                  # the shipped model, in the foreground
+  llmd serve --model ./my-model --detach      # in the background; `llmd logs -f` follows it
+  llmd serve --address tcp://127.0.0.1:5599 --slo-ttft-ms 200
+"""
+)
 @apply_options(ENGINE_OPTIONS)
 @click.option("--address", default=None, help=ADDRESS_HELP)
 @click.option(
@@ -96,6 +103,7 @@ def _fail(error: Exception) -> click.ClickException:
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
     show_default=True,
+    help="Least severe log messages written.",
 )
 @click.option(
     "--http-host",
@@ -143,7 +151,13 @@ def serve(**kwargs: Any) -> None:
         raise _fail(error) from None
 
 
-@click.command()
+@click.command(
+    epilog="""\b
+Examples:
+  llmd stop                 # drain: in-flight requests finish (up to 30 s), then exit
+  llmd stop --now           # abort in-flight requests and exit at once
+"""
+)
 @click.option("--address", default=None, help=ADDRESS_HELP)
 @click.option(
     "--timeout",
@@ -155,48 +169,115 @@ def serve(**kwargs: Any) -> None:
 @click.option("--now", is_flag=True, help="Abort in-flight requests instead of draining.")
 def stop(address: str | None, timeout: float, now: bool) -> None:
     """Stop the daemon: drain in-flight requests (or abort them with --now), then exit."""
-    from llmd.client import Client, DaemonNotRunningError
-    from llmd.errors import LLMDError
+    from llmd.client import Client
 
-    try:
-        with Client(address) as client:
-            health = client.health()
-            client.shutdown(now=now, timeout=timeout, wait=True)
-    except DaemonNotRunningError as error:
-        raise _fail(error) from None
-    except LLMDError as error:
-        raise _fail(error) from None
+    with Client(address) as client:
+        health = client.health()
+        summary = client.shutdown(now=now, timeout=timeout, wait=True)
     pid = health["pid"]
     _wait_for_lock_release(client.address, STOP_WAIT_S)
-    click.echo(f"stopped the llmd daemon at {client.address} (pid {pid})")
+    click.echo(f"stopped the llmd daemon at {client.address} (pid {pid}){_counts(summary)}")
 
 
-@click.command()
+def _counts(summary: str | None) -> str:
+    """': 3 requests drained, 1 aborted' from the daemon's "stopped: drained 3, aborted 1"."""
+    if not summary or not summary.startswith("stopped: "):
+        return ""
+    counts = dict(part.split() for part in summary.removeprefix("stopped: ").split(", "))
+    num_drained, num_aborted = counts.get("drained", "0"), counts.get("aborted", "0")
+    noun = "request" if num_drained == "1" else "requests"
+    return f": {num_drained} {noun} drained, {num_aborted} aborted"
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  llmd status                         # the daemon at the default address
+  llmd status --json | jq .kv.usage   # for scripts (exit status 1 when none runs)
+  llmd status --address tcp://127.0.0.1:5599
+"""
+)
 @click.option("--address", default=None, help=ADDRESS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status(address: str | None, as_json: bool) -> None:
-    """Show the daemon's model, device, queue and KV-cache use."""
+    """Show the daemon's model, device, queue, KV-cache use and log file."""
     from llmd.client import Client, DaemonNotRunningError
-    from llmd.protocol import default_address
+    from llmd.commands.daemon_files import read_daemon_files
+    from llmd.protocol import default_address, parse_address
 
+    address = address or default_address()
+    files = read_daemon_files(parse_address(address))
     try:
+        if files.has_crashed:
+            log = files.log_path()
+            where = f"log: {log}" if log else "its log is where `llmd serve` wrote it"
+            raise DaemonNotRunningError(
+                f"the llmd daemon at {address} crashed (pid {files.pid} is gone); {where}; "
+                "restart it with: llmd serve",
+                "address",
+            )
         with Client(address) as client:
             snapshot = client.stats(include_requests=False, include_block_map=False)
     except DaemonNotRunningError as error:
         if as_json:
-            report = {
-                "running": False,
-                "address": address or default_address(),
-                "error": str(error),
-            }
+            report = {"running": False, "address": address, "error": str(error)}
             click.echo(json.dumps(report, indent=2))
             sys.exit(1)
         raise _fail(error) from None
     report = status_report(snapshot)
+    log_path = files.log_path(snapshot.get("daemon", {}).get("log_file"))
+    report["log_file"] = None if log_path is None else str(log_path)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
         click.echo(format_status(report))
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  llmd logs                 # the last 50 lines of the daemon's log
+  llmd logs -f              # follow it (Ctrl-C stops)
+  llmd logs -n 0 -f         # only new lines
+"""
+)
+@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option("--follow", "-f", is_flag=True, help="Keep printing lines as they are written.")
+@click.option(
+    "--lines", "-n", type=click.IntRange(min=0), default=50, show_default=True,
+    help="How many of the last lines to print first.",
+)  # fmt: skip
+def logs(address: str | None, follow: bool, lines: int) -> None:
+    """Print the log of a detached daemon (`llmd serve --detach`)."""
+    from llmd.commands.daemon_files import read_daemon_files
+    from llmd.commands.log_tail import follow_log, last_lines
+    from llmd.errors import InvalidParameterError
+    from llmd.protocol import default_address, parse_address
+
+    address = address or default_address()
+    files = read_daemon_files(parse_address(address))
+    log_path = files.log_path(_reported_log_file(address) if files.is_lock_held else None)
+    if log_path is None or not log_path.exists():
+        raise InvalidParameterError(
+            f"no log file for the daemon at {address} (a daemon started without --detach "
+            "logs to its terminal; --log-file chooses the file)",
+            "address",
+        )
+    offset = last_lines(log_path, lines, sys.stdout)
+    if follow:
+        follow_log(log_path, offset, sys.stdout)
+
+
+def _reported_log_file(address: str) -> str | None:
+    """The log file a running daemon reports in its stats, if it answers."""
+    from llmd.client import Client, DaemonNotRunningError
+
+    try:
+        with Client(address, timeout=2.0) as client:
+            facts = client.stats(include_requests=False, include_block_map=False)
+    except DaemonNotRunningError:
+        return None
+    return facts.get("daemon", {}).get("log_file")
 
 
 def status_report(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -256,6 +337,7 @@ def format_status(report: dict[str, Any]) -> str:
         f"queue     {show(queue['in_flight'])} in flight: {show(queue['waiting'])} waiting, "
         f"{show(queue['running'])} running, {show(queue['preempted'])} preempted",
         f"kv cache  {kv_line}",
+        f"log       {report.get('log_file') or 'stderr of the `llmd serve` process'}",
     ]
     return "\n".join(lines)
 

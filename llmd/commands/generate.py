@@ -1,58 +1,138 @@
-"""`llmd generate`: offline generation for prompts given on the command line.
+"""`llmd generate`: completions for prompts given on the command line (or `-` for stdin).
 
-One prompt streams its text as it is produced; several are batched together (continuous
-batching does the work) and printed in order when done.
+With a daemon running it sends the prompts there (no model load); otherwise, or with
+--local or an engine flag, it loads the engine in this process. One prompt streams its
+text as it is produced; several are batched and printed in order when done.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 import click
 
+from llmd.commands.generate_output import (
+    GeneratedText,
+    TokenChoice,
+    context_warning,
+    print_batch,
+    print_logprobs,
+    print_stats,
+)
+from llmd.errors import InvalidParameterError
 from llmd.sampling_params import SamplingParams
 
+EXIT_OK = 0
+EXIT_ABORTED = 1
 
-def run_generate(
-    prompts: list[str],
-    params: SamplingParams,
-    engine_kwargs: dict[str, Any],
-    as_chat: bool = False,
-    show_stats: bool = False,
-) -> None:
-    """Load the engine, generate for every prompt, print the results."""
+
+@dataclass(frozen=True)
+class GenerateJob:
+    """Everything the command was asked to do."""
+
+    prompts: list[str]
+    params: SamplingParams
+    engine_kwargs: dict[str, Any]
+    as_chat: bool = False
+    show_stats: bool = False
+    is_local: bool = False
+    """Load the model in this process even when a daemon is running."""
+    address: str | None = None
+
+
+def read_prompts(arguments: tuple[str, ...], stdin: TextIO) -> list[str]:
+    """The prompts, with a `-` argument replaced by all of stdin (which may be used once)."""
+    if arguments.count("-") > 1:
+        raise InvalidParameterError("`-` (read stdin) may be given only once", "prompts")
+    prompts = []
+    for argument in arguments:
+        if argument == "-":
+            argument = stdin.read().rstrip("\n")
+            if not argument.strip():
+                raise InvalidParameterError("stdin was empty", "prompts")
+        prompts.append(argument)
+    return prompts
+
+
+def run_generate(job: GenerateJob) -> int:
+    """Generate through the running daemon or in-process; the exit status."""
+    if not job.is_local:
+        from llmd.commands.generate_remote import find_daemon, generate_remote
+
+        client = find_daemon(job.address)
+        if client is not None:
+            with client:
+                return finish(job, generate_remote(client, job))
+    return finish(job, generate_local(job))
+
+
+def finish(job: GenerateJob, results: list[GeneratedText]) -> int:
+    """Print what is left to print; non-zero when a request was aborted."""
+    if len(job.prompts) > 1:
+        print_batch(job.prompts, results)
+    elif results:
+        print_logprobs(results[0])
+    if job.show_stats:
+        sys.stdout.flush()  # stats go to stderr: keep them after the text
+        print_stats(results)
+    if any(result.finish_reason in ("abort", "error") for result in results):
+        click.echo("Error: a request was aborted before it finished", err=True)
+        return EXIT_ABORTED
+    return EXIT_OK
+
+
+def generate_local(job: GenerateJob) -> list[GeneratedText]:
+    """Load the engine here and generate for every prompt."""
     from llmd.llm import LLM
 
-    llm = LLM(**engine_kwargs)
-    inputs: list[Any] = list(prompts)
-    if as_chat:
-        template = llm.tokenizer.apply_chat_template
-        inputs = [template([{"role": "user", "content": prompt}]) for prompt in prompts]
-    if len(inputs) == 1:
-        output = None
-        for delta in llm.stream(inputs, params):
+    llm = LLM(**job.engine_kwargs)
+    tokenizer = llm.tokenizer
+    if job.as_chat:
+        inputs = [tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+                  for prompt in job.prompts]  # fmt: skip
+    else:
+        inputs = [tokenizer.encode(prompt) for prompt in job.prompts]
+    for token_ids in inputs:
+        ids = token_ids if isinstance(token_ids, list) else tokenizer.encode(token_ids)
+        warning = context_warning(len(ids), job.params.max_tokens, llm.engine.max_model_len)
+        if warning:
+            click.echo(warning, err=True)
+    outputs: dict[int, Any] = {}
+    for delta in llm.stream(inputs, job.params):
+        if len(inputs) == 1 and delta.text:
             sys.stdout.write(delta.text)
             sys.stdout.flush()
-            output = delta.output or output
+        if delta.output is not None:
+            outputs[delta.index] = delta.output
+    if len(inputs) == 1:
         sys.stdout.write("\n")
-        outputs = [output] if output is not None else []
-    else:
-        outputs = llm.generate(inputs, params)
-        for index, output in enumerate(outputs):
-            click.echo(click.style(f"--- [{index}] {prompts[index]!r}", bold=True))
-            click.echo(output.text)
-    if show_stats:
-        sys.stdout.flush()  # stats go to stderr: keep them after the text
-        for index, output in enumerate(outputs):
-            metrics = output.metrics
-            click.echo(
-                f"[{index}] finish={output.finish_reason} prompt={metrics.num_prompt_tokens} "
-                f"generated={metrics.num_generated_tokens} cached={metrics.num_cached_tokens} "
-                f"ttft={_ms(metrics.ttft)} tpot={_ms(metrics.tpot)} e2e={_ms(metrics.e2e)}",
-                err=True,
-            )
+    return [_from_output(outputs[index], tokenizer) for index in sorted(outputs)]
 
 
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.1f}ms"
+def _from_output(output: Any, tokenizer: Any) -> GeneratedText:
+    metrics = output.metrics
+    choices = tuple(
+        TokenChoice(
+            entry.token_id,
+            tokenizer.decode([entry.token_id], skip_special_tokens=False),
+            entry.logprob,
+            tuple(
+                (token_id, tokenizer.decode([token_id], skip_special_tokens=False), logprob)
+                for token_id, logprob in zip(entry.top_token_ids, entry.top_logprobs)
+            ),
+        )
+        for entry in output.logprobs or ()
+    )
+    return GeneratedText(
+        text=output.text,
+        finish_reason=output.finish_reason,
+        num_prompt_tokens=metrics.num_prompt_tokens,
+        num_generated_tokens=metrics.num_generated_tokens,
+        num_cached_tokens=metrics.num_cached_tokens,
+        ttft_s=metrics.ttft,
+        tpot_s=metrics.tpot,
+        e2e_s=metrics.e2e,
+        logprobs=choices,
+    )

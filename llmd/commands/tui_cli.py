@@ -11,7 +11,9 @@ from typing import Any
 
 import click
 
-from llmd.commands.daemon_cli import ADDRESS_HELP
+from llmd.commands.cli_group import cli_error
+from llmd.commands.help_text import ADDRESS_HELP
+from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS
 
 CHAT_CHECK_TIMEOUT_S = 3.0
 """How long `llmd chat` waits for the daemon's health reply before giving up."""
@@ -26,27 +28,66 @@ def register(main: click.Group) -> None:
 
 
 def _fail(error: Exception) -> click.ClickException:
-    return click.ClickException(f"{getattr(error, 'code', 'error')}: {error}")
+    return cli_error(error)
 
 
-@click.command()
+@click.command(
+    epilog="""\b
+Examples:
+  llmd chat                                  # interactive
+  llmd chat -p "Name three colours."         # one reply on stdout, for scripts
+  echo "Hi" | llmd chat --stats              # the prompt from stdin; timings on stderr
+  llmd chat --system "Answer in French." --temperature 0.2 --print-transcript
+"""
+)
 @click.option("--address", default=None, help=ADDRESS_HELP)
 @click.option(
     "-p", "--prompt", default=None, help="Ask one question, print the reply to stdout, exit."
 )
-@click.option("--system", "system_prompt", default=None, help="System prompt.")
-@click.option("--temperature", "-t", type=float, default=None, help="Sampling temperature [0.7].")
-@click.option("--top-p", type=float, default=None, help="Nucleus sampling mass [0.95].")
-@click.option("--max-tokens", type=int, default=None, help="Most tokens per reply [512].")
-@click.option("--seed", type=int, default=None, help="Sampling seed (reproducible replies).")
+@click.option("--system", "system_prompt", default=None, help="System prompt (none by default).")
+@click.option(
+    "--temperature",
+    "-t",
+    type=float,
+    default=DEFAULT_CHAT_PARAMS.temperature,
+    show_default=True,
+    help="Sampling temperature (0: greedy).",
+)
+@click.option(
+    "--top-p",
+    type=float,
+    default=DEFAULT_CHAT_PARAMS.top_p,
+    show_default=True,
+    help="Nucleus sampling mass (1: off).",
+)
+@click.option(
+    "--max-tokens",
+    type=int,
+    default=DEFAULT_CHAT_PARAMS.max_tokens,
+    show_default=True,
+    help="Most tokens per reply (capped by the model's context).",
+)
+@click.option(
+    "--sampling-seed",
+    "seed",
+    type=int,
+    default=None,
+    help="Per-request seed for reproducible replies.",
+)
 @click.option("--stats", is_flag=True, help="One-shot: print the reply's stats to stderr.")
+@click.option(
+    "--print-transcript",
+    is_flag=True,
+    help="Interactive: print the conversation to stdout on exit.",
+)
 def chat(address: str | None, prompt: str | None, system_prompt: str | None, stats: bool,
-         **settings: Any) -> None:  # fmt: skip
+         print_transcript: bool, **settings: Any) -> None:  # fmt: skip
     """Chat with the daemon's model (one-shot with -p or when stdin is not a terminal).
 
     \b
-    Keys: Enter sends, Esc or Ctrl+C stops a reply, Up/Down browse prompts, Ctrl+Q quits.
-    Commands: /clear, /system TEXT, /set NAME VALUE, /stats, /help, /quit.
+    Keys: Enter sends, Shift+Enter or Ctrl+J starts a new line, Esc or Ctrl+C stops a
+    reply, Up/Down browse prompts, Ctrl+Q quits.
+    Commands: /clear, /system TEXT, /set [NAME VALUE], /save FILE, /stats, /help, /quit.
     """
     from llmd.client import Client, DaemonNotRunningError
     from llmd.errors import LLMDError
@@ -60,7 +101,7 @@ def chat(address: str | None, prompt: str | None, system_prompt: str | None, sta
     if prompt is None and not sys.stdin.isatty():
         prompt = sys.stdin.read().strip()
         if not prompt:
-            raise click.ClickException("no prompt: stdin was empty")
+            raise click.ClickException("prompt: stdin was empty")
     if prompt is not None:
         from llmd.tui.chat.oneshot import run_once
 
@@ -77,7 +118,10 @@ def chat(address: str | None, prompt: str | None, system_prompt: str | None, sta
     from llmd.client import AsyncClient
     from llmd.tui.chat.app import create_chat_app
 
-    create_chat_app(AsyncClient(address), address, system_prompt, params).run()
+    app = create_chat_app(AsyncClient(address), address, system_prompt, params)
+    app.run()
+    if print_transcript:
+        click.echo(app.conversation.transcript())
 
 
 def _chat_params(settings: dict[str, Any]):
@@ -90,7 +134,13 @@ def _chat_params(settings: dict[str, Any]):
     return dataclasses.replace(DEFAULT_CHAT_PARAMS, **given)
 
 
-@click.command()
+@click.command(
+    epilog="""\b
+Examples:
+  llmd top                   # four snapshots a second
+  llmd top --interval 1      # one a second: cheaper on a busy machine
+"""
+)
 @click.option("--address", default=None, help=ADDRESS_HELP)
 @click.option(
     "--interval",
@@ -105,11 +155,13 @@ def top(address: str | None, interval: float) -> None:
     \b
     Keys: q quits, p pauses, s changes the sort, Up/Down (or j/k) select a request.
     """
-    from llmd.client import AsyncClient
+    from llmd.client import AsyncClient, Client
     from llmd.protocol import default_address
     from llmd.tui.top.app import create_top_app
 
     address = address or default_address()
+    with Client(address, timeout=CHAT_CHECK_TIMEOUT_S) as client:
+        client.health()  # a wrong address or no daemon fails here, at once
     silence_s = max(2.0, TOP_SILENCE_FACTOR * interval)
 
     def client_factory() -> AsyncClient:

@@ -136,6 +136,9 @@ def _drain_on_signals(daemon: Any) -> None:
     def drain(signum: int, frame: Any) -> None:
         nonlocal num_signals
         num_signals += 1
+        if num_signals == 1:
+            print("llmd: draining in-flight requests; press Ctrl-C again to abort them",
+                  file=sys.stderr, flush=True)  # fmt: skip
         daemon.request_drain(now=num_signals > 1)
 
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -116,6 +116,8 @@ class Daemon:
         self._drain_deadline: float | None = None
         self._aborted_at: float | None = None
         self._shutdown_requesters: list[tuple[bytes, str]] = []
+        self._num_in_flight_at_drain = 0
+        self._num_aborted_at_drain = 0
         self._context = zmq.Context()
         self._socket: zmq.Socket | None = None
         self._is_stopped = False
@@ -179,7 +181,9 @@ class Daemon:
 
     def _close(self) -> None:
         for peer, client_id in self._shutdown_requesters:
-            self._send_message(peer, Ack(client_id, "stopped"))
+            num_drained = self._num_in_flight_at_drain - self._num_aborted_at_drain
+            summary = f"drained {num_drained}, aborted {self._num_aborted_at_drain}"
+            self._send_message(peer, Ack(client_id, f"stopped: {summary}"))
         self.text_worker.stop()
         self.engine_loop.stop()
         if self._socket is not None:
@@ -338,6 +342,7 @@ class Daemon:
             "num_in_flight": len(self.routes),
             "max_queued_requests": self.options.max_queued_requests,
             "num_subscriptions": len(self.stats.subscriptions),
+            "log_file": self.options.log_file,
         }
 
     def _health(self, client_id: str) -> HealthReply:
@@ -383,6 +388,7 @@ class Daemon:
             self._drain_deadline = deadline
         if self.state != "draining":
             logger.info("draining %d request(s) (limit %.1fs)", len(self.routes), timeout)
+            self._num_in_flight_at_drain = len(self.routes)
             self.state = "draining"
         self._check_drain()
 
@@ -395,6 +401,7 @@ class Daemon:
         elif self._aborted_at is None and now >= self._drain_deadline:
             logger.info("drain limit reached; aborting %d request(s)", len(self.routes))
             self._aborted_at = now
+            self._num_aborted_at_drain = len(self.routes)
             for _, engine_id in self.routes.items():
                 self.text_worker.submit(AbortJob(engine_id))
         elif self._aborted_at is not None and now > self._aborted_at + FORCED_STOP_GRACE_S:

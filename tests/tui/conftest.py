@@ -1,6 +1,6 @@
 """A real daemon on the tiny checkpoint for the TUI tests that talk to one.
 
-One daemon per module (start-up loads torch and the model, about 10 s on two cores): a
+One daemon per test session (start-up loads torch and the model, about 10 s on two cores): a
 foreground `python -m llmd.cli serve` on a private ipc address, stopped with SIGTERM.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from tests.tui.daemon_process import REPO_ROOT, subprocess_env, wait_until_healthy
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def daemon_address(tiny_model_dir, tmp_path_factory):
     """The address of a running `llmd serve` on the tiny model (64 blocks, 256 tokens)."""
     runtime = tmp_path_factory.mktemp("tui-daemon")

@@ -28,7 +28,7 @@ def test_interactive_chat_without_a_daemon_says_how_to_start_one(tmp_path):
         os.close(leader)
     assert process.returncode == 1
     message = process.stderr.decode()
-    assert "daemon_not_running" in message
+    assert message.startswith(f"Error: address: no llmd daemon is answering at {address}")
     assert f"start one with: llmd serve --address {address}" in message
 
 
@@ -42,4 +42,4 @@ def test_invalid_chat_flags_are_typed_errors():
         timeout=60,
     )
     assert process.returncode == 1
-    assert "invalid_parameter: top_p: must be in (0, 1], got 2.0" in process.stderr
+    assert "Error: top_p: must be in (0, 1], got 2.0" in process.stderr

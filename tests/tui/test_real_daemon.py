@@ -158,7 +158,7 @@ def test_one_shot_prints_the_reply_for_scripts(daemon_address):
 def test_one_shot_errors_exit_non_zero_with_the_reason(daemon_address, tmp_path):
     result = run_chat_cli(daemon_address, "-p", "x " * 400)
     assert result.returncode == 1
-    assert b"llmd chat: request_too_large: prompt:" in result.stderr
+    assert b"Error: prompt: prompt has" in result.stderr
     missing = f"ipc://{tmp_path / 'nobody.sock'}"
     result = run_chat_cli(missing, "-p", "hello")
     assert result.returncode == 1

@@ -44,13 +44,16 @@ def run_once(
                     finished = event
     except KeyboardInterrupt:
         _end_line(stdout, is_line_open)
-        stderr.write("llmd chat: interrupted; the request was aborted\n")
+        stderr.write("Error: interrupted; the request was aborted\n")
         return EXIT_INTERRUPTED
     except LLMDError as error:
         _end_line(stdout, is_line_open)
-        stderr.write(f"llmd chat: {error.code}: {error}\n")
+        stderr.write(f"Error: {error}\n")
         return EXIT_FAILED
     _end_line(stdout, is_line_open)
+    if finished is None or finished.finish_reason == "abort":
+        stderr.write("Error: the daemon aborted the reply before it finished\n")
+        return EXIT_FAILED
     if show_stats and finished is not None:
         stats = format_reply_stats(
             finished.finish_reason, finished.usage, finished.timings, finished.num_preemptions

@@ -1,0 +1,104 @@
+"""`llmd generate` through a running daemon: no model load, the daemon batches the prompts.
+
+Every prompt is sent before any is read, so the daemon runs them together; replies for
+the others wait in the client's per-request inboxes while one is being printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any
+
+import click
+
+from llmd.commands.generate_output import GeneratedText, TokenChoice, context_warning
+
+PROBE_TIMEOUT_S = 1.0
+"""How long `llmd generate` waits for a daemon's health reply before running in-process."""
+
+
+def find_daemon(address: str | None) -> Any | None:
+    """A connected Client when a healthy daemon answers at `address`, else None."""
+    from llmd.client import Client, DaemonNotRunningError
+    from llmd.protocol import default_address, parse_address
+
+    address = address or default_address()
+    parsed = parse_address(address)  # a malformed address is an error, not "no daemon"
+    if parsed.scheme == "ipc" and not os.path.exists(parsed.path):
+        return None
+    client = Client(address, timeout=PROBE_TIMEOUT_S)
+    try:
+        is_healthy = bool(client.health().get("is_healthy"))
+    except DaemonNotRunningError:
+        is_healthy = False
+    if not is_healthy:
+        client.close()
+        return None
+    client.timeout = 5.0
+    return client
+
+
+def generate_remote(client: Any, job: Any) -> list[GeneratedText]:
+    """Send every prompt, then read the replies in order (streaming the text of a single one)."""
+    facts = client.stats(include_requests=False, include_block_map=False).get("daemon", {})
+    max_model_len = facts.get("max_model_len")
+    with contextlib.ExitStack() as stack:
+        streams = []
+        for prompt in job.prompts:
+            if job.as_chat:
+                stream = client.stream(messages=[{"role": "user", "content": prompt}],
+                                       params=job.params)  # fmt: skip
+            else:
+                stream = client.stream(prompt, params=job.params)
+            stack.enter_context(contextlib.closing(stream))
+            accepted = next(stream)
+            num_prompt_tokens = getattr(accepted, "num_prompt_tokens", 0)
+            if max_model_len:
+                warning = context_warning(num_prompt_tokens, job.params.max_tokens, max_model_len)
+                if warning:
+                    click.echo(warning, err=True)
+            streams.append(stream)
+        return [_read(stream, is_streamed=len(streams) == 1) for stream in streams]
+
+
+def _read(stream: Any, is_streamed: bool) -> GeneratedText:
+    """Collect one request's deltas until it finishes."""
+    from llmd.client import Finished, TokenDelta
+
+    parts: list[str] = []
+    choices: list[TokenChoice] = []
+    for event in stream:
+        if isinstance(event, TokenDelta):
+            parts.append(event.text)
+            if is_streamed and event.text:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+            text = event.text if len(event.token_ids) == 1 else None
+            choices.extend(_choice(entry, text) for entry in event.logprobs or ())
+        elif isinstance(event, Finished):
+            if is_streamed:
+                sys.stdout.write("\n")
+            timings, usage = event.timings, event.usage
+            return GeneratedText(
+                text=event.text if event.text is not None else "".join(parts),
+                finish_reason=event.finish_reason,
+                num_prompt_tokens=usage.get("prompt_tokens", 0),
+                num_generated_tokens=usage.get("completion_tokens", len(event.token_ids)),
+                num_cached_tokens=usage.get("cached_tokens", 0),
+                ttft_s=timings.get("ttft"),
+                tpot_s=timings.get("tpot"),
+                e2e_s=timings.get("e2e"),
+                logprobs=tuple(choices)
+                or tuple(_choice(entry, None) for entry in event.logprobs or ()),
+            )
+    raise RuntimeError("the daemon's event stream ended without a finished message")
+
+
+def _choice(entry: dict[str, Any], text: str | None) -> TokenChoice:
+    alternatives = tuple(
+        (int(token_id), None, float(logprob))
+        for token_id, logprob in zip(entry.get("top_token_ids", ()), entry.get("top_logprobs", ()))
+    )
+    return TokenChoice(int(entry["token_id"]), text, float(entry["logprob"]), alternatives)

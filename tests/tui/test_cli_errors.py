@@ -1,0 +1,158 @@
+"""The CLI without a daemon: bad input gives one clean `Error:` line, never a traceback."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from llmd.cli import main
+from llmd.commands.daemon_cli import _counts
+from llmd.commands.generate import read_prompts
+from llmd.daemon.instance_lock import InstanceLock
+from llmd.errors import InvalidParameterError
+from llmd.protocol import parse_address
+from llmd.tui.chat.oneshot import run_once
+from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS
+from tests.tui.daemon_process import REPO_ROOT, subprocess_env
+from tests.tui.fake_client import FakeClient, ScriptedReply
+
+BAD_ADDRESS = "127.0.0.1:5599"
+COMMANDS_WITH_AN_ADDRESS = [
+    ["status"],
+    ["status", "--json"],
+    ["stop"],
+    ["logs"],
+    ["top"],
+    ["chat", "-p", "hi"],
+    ["generate", "hi"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS_WITH_AN_ADDRESS, ids=lambda c: " ".join(c))
+def test_a_malformed_address_is_one_clean_error_line(command):
+    result = CliRunner().invoke(main, [*command, "--address", BAD_ADDRESS])
+    assert result.exit_code == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.output == (
+        f"Error: address: '{BAD_ADDRESS}': use ipc://PATH or tcp://HOST:PORT\n"
+    )
+
+
+def test_bare_llmd_prints_help_and_exits_0():
+    result = CliRunner().invoke(main, [])
+    assert result.exit_code == 0
+    assert "Commands:" in result.output and "_LLMD_COMPLETE=bash_source llmd" in result.output
+
+
+def test_every_command_has_an_example_and_described_options():
+    for name, command in main.commands.items():
+        text = CliRunner().invoke(main, [name, "--help"], terminal_width=100).output
+        assert "Examples:" in text, name
+        for parameter in command.params:
+            if isinstance(parameter, click.Option) and parameter.name != "help":
+                assert parameter.help, f"llmd {name} {parameter.opts[0]} has no description"
+
+
+def test_top_with_no_daemon_fails_at_once_instead_of_retrying(tmp_path):
+    address = f"ipc://{tmp_path / 'nobody.sock'}"
+    process = subprocess.run(
+        [sys.executable, "-m", "llmd.cli", "top", "--address", address],
+        env=subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert process.returncode == 1
+    assert process.stderr.startswith(f"Error: address: no llmd daemon is answering at {address}")
+
+
+def test_status_after_kill_9_says_the_daemon_crashed_and_names_its_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    address = f"ipc://{tmp_path / 'd.sock'}"
+    holder = subprocess.Popen(  # holds the address's lock like a daemon, then is killed -9
+        [sys.executable, "-c",
+         "import sys, time; from llmd.daemon.instance_lock import InstanceLock; "
+         f"from llmd.protocol import parse_address; InstanceLock(parse_address({address!r}))"
+         ".acquire(); print('locked', flush=True); time.sleep(60)"],
+        env={**subprocess_env(), "XDG_RUNTIME_DIR": str(tmp_path)}, cwd=REPO_ROOT,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout.readline().strip() == "locked"
+    lock = InstanceLock(parse_address(address))
+    log_path = lock.directory / f"{parse_address(address).instance_name}.log"
+    log_path.write_text("engine ready\n")
+    holder.kill()
+    holder.wait()
+    assert lock.read_pid() == holder.pid and not lock.is_held()  # what kill -9 leaves behind
+    result = CliRunner().invoke(main, ["status", "--address", address])
+    assert result.exit_code == 1
+    assert f"crashed (pid {holder.pid} is gone); log: {log_path}" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_chat_p_exits_non_zero_when_the_daemon_aborts_the_reply(capsys):
+    client = FakeClient(ScriptedReply(chunks=["Half a rep"], finish_reason="abort"))
+    code = run_once(client, "hi", DEFAULT_CHAT_PARAMS, sys.stdout, sys.stderr)
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out == "Half a rep\n"
+    assert captured.err == "Error: the daemon aborted the reply before it finished\n"
+    complete = FakeClient(ScriptedReply(chunks=["Whole."], finish_reason="stop"))
+    assert run_once(complete, "hi", DEFAULT_CHAT_PARAMS, sys.stdout, sys.stderr) == 0
+
+
+def test_stop_summarises_the_daemons_counts():
+    assert _counts("stopped: drained 3, aborted 1") == ": 3 requests drained, 1 aborted"
+    assert _counts("stopped: drained 1, aborted 0") == ": 1 request drained, 0 aborted"
+    assert _counts("stopped") == ""  # an older daemon
+
+
+def test_generate_dash_reads_the_prompt_from_stdin_once():
+    assert read_prompts(("a", "-"), io.StringIO("from stdin\n")) == ["a", "from stdin"]
+    with pytest.raises(InvalidParameterError, match="only once"):
+        read_prompts(("-", "-"), io.StringIO("x"))
+    with pytest.raises(InvalidParameterError, match="stdin was empty"):
+        read_prompts(("-",), io.StringIO("\n"))
+
+
+def test_writing_to_a_full_stdout_is_an_error_line_not_a_traceback():
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "w") as full:
+        process = subprocess.run(
+            [sys.executable, "-m", "llmd.cli", "--help"],
+            env=subprocess_env(), cwd=REPO_ROOT, stdout=full, stderr=subprocess.PIPE,
+            text=True, timeout=60,
+        )  # fmt: skip
+    assert process.returncode == 1
+    assert process.stderr == "Error: cannot write the output: No space left on device\n"
+
+
+def test_the_first_ctrl_c_of_serve_says_a_second_one_aborts(capsys):
+    from llmd.daemon.serve import _drain_on_signals
+
+    class RecordingDaemon:
+        def __init__(self) -> None:
+            self.drains: list[bool] = []
+
+        def request_drain(self, now: bool = False) -> None:
+            self.drains.append(now)
+
+    daemon = RecordingDaemon()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _drain_on_signals(daemon)
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert daemon.drains == [False, True]
+    assert capsys.readouterr().err == (
+        "llmd: draining in-flight requests; press Ctrl-C again to abort them\n"
+    )
