@@ -61,14 +61,22 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.blocks = [KVBlock(i) for i in range(num_blocks)]
+        self.rebuild()
+        self.num_prefix_query_tokens = 0
+        self.num_prefix_hit_tokens = 0
+
+    def rebuild(self) -> None:
+        """Make every block free and forget every cached prefix.
+
+        Only valid while no request holds blocks: it is how the engine starts, and how it
+        recovers from an integrity violation found at an idle point.
+        """
+        self.blocks = [KVBlock(i) for i in range(self.num_blocks)]
         self.free_queue = FreeBlockQueue(self.blocks)
         self.cached_blocks: dict[bytes, KVBlock] = {}
         self.num_cached_free = 0
         self.num_used_blocks = 0
         """Blocks with a nonzero ref count, counted at each 0 <-> 1 transition."""
-        self.num_prefix_query_tokens = 0
-        self.num_prefix_hit_tokens = 0
 
     # ----------------------------------------------------------------- queries
 
