@@ -63,12 +63,15 @@ async def complete(request: Request, group: GenerationGroup) -> list[Completion]
     hang_up = asyncio.ensure_future(_wait_for_disconnect(request))
     try:
         await asyncio.wait({work, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        work.cancel()
+        group.cancel()
+        raise
     finally:
         hang_up.cancel()
-        if not work.done():
-            work.cancel()
-            group.cancel()
-    if work.cancelled():
+    if not work.done():  # the client hung up first
+        work.cancel()
+        group.cancel()
         return None
     return work.result()
 
