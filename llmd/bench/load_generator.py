@@ -39,20 +39,20 @@ class LoadGenerator:
         start = self.driver.now()
         await asyncio.gather(
             *(
-                self._session(session, start + offset)
-                for session, offset in zip(self.sessions, self.offsets)
+                self._session(number, session, start + offset)
+                for number, (session, offset) in enumerate(zip(self.sessions, self.offsets))
             )
         )
         return sorted(self.records, key=lambda record: (record.sent_s, record.index))
 
-    async def _session(self, session: Session, start_s: float) -> None:
+    async def _session(self, session_index: int, session: Session, start_s: float) -> None:
         delay = start_s - self.driver.now()
         if delay > 0 and math.isfinite(delay):
             await asyncio.sleep(delay)
         history: list[int] = []
         for number, turn in enumerate(session.turns):
             scheduled_s = start_s if number == 0 else self.driver.now()
-            record = RequestRecord(index=len(self.records), scheduled_s=scheduled_s)
+            record = RequestRecord(len(self.records), scheduled_s, session_index, number)
             self.records.append(record)
             prompt_ids = None if turn.prompt is not None else history + list(turn.prompt_token_ids)
             if self.slots is not None:
@@ -63,16 +63,16 @@ class LoadGenerator:
             if self.on_done is not None:
                 self.on_done(record)
             if not record.is_ok:
-                self._skip(len(session.turns) - number - 1)
+                self._skip(session_index, range(number + 1, len(session.turns)))
                 return  # the conversation cannot go on without its reply
             if prompt_ids is not None:
                 history = prompt_ids + output_ids
 
-    def _skip(self, num_turns: int) -> None:
+    def _skip(self, session_index: int, turns: range) -> None:
         """Record the turns a failed session can no longer send, as failed requests."""
-        for _ in range(num_turns):
+        for turn in turns:
             now = self.driver.now()
-            record = RequestRecord(len(self.records), now, sent_s=now, finished_s=now)
+            record = RequestRecord(len(self.records), now, session_index, turn, now, finished_s=now)
             record.status = FAILED
             record.error = "not sent: an earlier turn of its session failed"
             self.records.append(record)

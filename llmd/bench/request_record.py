@@ -23,6 +23,10 @@ class RequestRecord:
     """Position in the dataset (sessions' turns are numbered in the order they are sent)."""
     scheduled_s: float
     """When the arrival process wanted it sent."""
+    session: int = 0
+    """Which session of the dataset (single-turn datasets: one request each)."""
+    turn: int = 0
+    """Which turn of its session, from 0."""
     sent_s: float = 0.0
     first_token_s: float | None = None
     finished_s: float | None = None

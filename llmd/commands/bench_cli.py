@@ -172,6 +172,94 @@ def serve_command(request_rate: str, json_path: str | None, no_progress: bool, *
         sys.exit(1)
 
 
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"expected positive integers, got {text!r}")
+    return values
+
+
+@bench.command("sweep")
+@click.option(
+    "-m", "--model", default=None, help="Model of every daemon (default: the shipped one)."
+)
+@click.option(
+    "--max-num-batched-tokens",
+    "budgets",
+    required=True,
+    help="Token budgets to compare, comma-separated (one daemon each).",
+)
+@click.option(
+    "--max-num-seqs",
+    "max_num_seqs",
+    default=None,
+    help="Also compare these --max-num-seqs values (comma-separated).",
+)
+@click.option(
+    "--request-rates",
+    required=True,
+    help="Request rates to run on each daemon, comma-separated (inf allowed).",
+)
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False),
+    required=True,
+    help="Folder for every point's JSON, sweep.json, the PNG and daemon logs.",
+)
+@click.option(
+    "--serve-arg",
+    "serve_args",
+    multiple=True,
+    help="Extra `llmd serve` argument for each daemon (repeat: --serve-arg=--num-blocks=512).",
+)
+@serve_options
+def sweep_command(model, budgets, max_num_seqs, request_rates, output_dir, serve_args, **kwargs):
+    """Start a daemon per budget, run `bench serve` at each rate, plot, name the best."""
+    from pathlib import Path
+
+    from llmd.bench.serve import ServeOptions
+    from llmd.bench.sweep import SweepOptions, finish_sweep, run_sweep
+
+    rates = tuple(_rate(item) for item in request_rates.split(",") if item.strip())
+    seqs = _int_list(max_num_seqs) if max_num_seqs else (None,)
+    try:
+        options = SweepOptions(
+            budgets=_int_list(budgets),
+            request_rates=rates,
+            output_dir=Path(output_dir),
+            workload=ServeOptions(show_progress=False, **kwargs),
+            max_num_seqs=seqs,
+            model=model,
+            serve_args=tuple(serve_args),
+        )
+        run_sweep(options, click.echo)
+        click.echo(finish_sweep(options.output_dir))
+    except LLMDError as error:
+        raise _fail(error) from None
+
+
+@bench.command("plot")
+@click.argument("folder", type=click.Path(file_okay=False, exists=True))
+@click.option(
+    "--png",
+    "png_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Where to write the PNG (default: FOLDER/sweep.png).",
+)
+def plot_command(folder: str, png_path: str | None) -> None:
+    """Re-draw a sweep's table, charts and PNG from its saved points (nothing is re-run)."""
+    from llmd.bench.sweep import finish_sweep
+
+    try:
+        click.echo(finish_sweep(folder, png_path))
+    except LLMDError as error:
+        raise _fail(error) from None
+
+
 @bench.command(
     "offline",
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True},

@@ -1,0 +1,34 @@
+"""`llmd bench` wiring: offline forwards its arguments; bad options are typed errors."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from click.testing import CliRunner
+
+from llmd.cli import main
+
+
+def test_offline_forwards_every_argument_and_the_exit_code(monkeypatch):
+    calls = []
+    fake = types.ModuleType("llmd.bench.offline")
+
+    def fake_main(argv=None):
+        calls.append(argv)
+        return 3
+
+    fake.main = fake_main
+    monkeypatch.setitem(sys.modules, "llmd.bench.offline", fake)
+    result = CliRunner().invoke(main, ["bench", "offline", "--num-prompts", "8", "--help"])
+    assert calls == [["--num-prompts", "8", "--help"]]
+    assert result.exit_code == 3
+
+
+def test_serve_rejects_a_bad_rate_and_slo_before_connecting():
+    runner = CliRunner()
+    result = runner.invoke(main, ["bench", "serve", "--request-rate", "fast"])
+    assert result.exit_code == 2 and "request rate" in result.output
+    result = runner.invoke(main, ["bench", "serve", "--address", "ipc:///nonexistent/x",
+                                  "--slo", "ttft=abc"])  # fmt: skip
+    assert result.exit_code == 1 and "invalid_parameter" in result.output
