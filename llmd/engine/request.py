@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 from llmd.sampling_params import SamplingParams
 
+PENDING_TOKEN_ID = -1
+"""Stands in for an output token sampled on the device but not yet read back (async
+scheduling); the runner feeds the device-side value, and the engine replaces it."""
+
 
 class RequestStatus(enum.Enum):
     """Where a request is in its lifecycle."""

@@ -108,6 +108,26 @@ class SamplingBatch:
         )
 
 
+def is_plain_greedy(params: SamplingParams) -> bool:
+    """True when sampling is a bare argmax: greedy, no penalties, min_tokens or logprobs."""
+    return (
+        params.temperature < GREEDY_TEMPERATURE
+        and not params.has_penalties
+        and not params.min_tokens
+        and params.logprobs is None
+    )
+
+
+def greedy_sampling_batch(num_rows: int, vocab_size: int) -> SamplingBatch:
+    """The batch of `num_rows` plain-greedy rows (an argmax each), built in O(1) tensors."""
+    return SamplingBatch(
+        num_rows=num_rows, vocab_size=vocab_size, greedy_rows=None, random_rows=None,
+        temperatures=None, top_k=None, top_p=None, max_top_k=vocab_size, min_p=None,
+        seeded_rows=[], unseeded_rows=None, penalties=None, suppressed_rows=None,
+        suppressed_token_ids=None, num_logprobs=[None] * num_rows, max_num_logprobs=None,
+    )  # fmt: skip
+
+
 def mix_seed(seed: int, output_index: int) -> int:
     """A 63-bit generator seed for output token `output_index` of a request seeded `seed`.
 
