@@ -24,13 +24,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmd.engine.request import Request, RequestStatus  # noqa: E402
-from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput  # noqa: E402
-from llmd.runner.input_batch import build_input_batch  # noqa: E402
-from llmd.runner.persistent_batch import PersistentBatch  # noqa: E402
-from llmd.runner.sampling_batch import build_sampling_batch  # noqa: E402
-from llmd.runner.step_batch import build_step_batch  # noqa: E402
-from llmd.sampling_params import SamplingParams  # noqa: E402
+from llmd.engine.request import Request, RequestStatus
+from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
+from llmd.runner.input_batch import build_input_batch
+from llmd.runner.persistent_batch import PersistentBatch
+from llmd.runner.sampling_batch import build_sampling_batch
+from llmd.runner.step_batch import build_step_batch
+from llmd.sampling_params import SamplingParams
 
 BLOCK_SIZE = 16
 VOCAB_SIZE = 32_000

@@ -55,7 +55,8 @@ def build_step_batch(
     pending_sources: list[int] = []
     for row in np.flatnonzero(tokens_np == PENDING_TOKEN_ID).tolist():
         pending_rows.append(row)
-        pending_sources.append(pending_source(pending, chunks[decode_order[row]].request.request_id))
+        request_id = chunks[decode_order[row]].request.request_id
+        pending_sources.append(pending_source(pending, request_id))
     if pending_rows:
         tokens_np[pending_rows] = 0
 

@@ -52,7 +52,7 @@ def test_persistent_batch_equals_rebuilt_batch_under_random_traffic(seed):
     persistent = PersistentBatch(8, MAX_MODEL_LEN // BLOCK_SIZE, CPU)
     heads = [[rng.randrange(1, 90) for _ in range(12)] for _ in range(3)]
     num_preemptions = num_prefix_hits = num_steps = num_aborts = num_views = 0
-    for step in range(250):
+    for _ in range(250):
         if rng.random() < 0.35:
             prompt = rng.choice(heads) + [rng.randrange(1, 90) for _ in range(rng.randrange(1, 20))]
             request = make_request(prompt_token_ids=prompt, max_tokens=rng.randrange(1, 30))
