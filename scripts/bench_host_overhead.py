@@ -29,7 +29,8 @@ from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
 from llmd.runner.input_batch import build_input_batch
 from llmd.runner.persistent_batch import PersistentBatch
 from llmd.runner.sampling_batch import build_sampling_batch
-from llmd.runner.step_batch import build_step_batch
+from llmd.runner.sampling_state import SamplingState
+from llmd.runner.step_batch import build_step_batch, build_step_sampling_batch
 from llmd.sampling_params import SamplingParams
 
 BLOCK_SIZE = 16
@@ -65,6 +66,7 @@ def bench(num_seqs: int, num_blocks: int, num_steps: int, use_persistent: bool) 
     requests = make_requests(num_seqs, num_blocks)
     device = torch.device("cpu")
     persistent = PersistentBatch(num_seqs, num_blocks + num_steps // BLOCK_SIZE + 2, device)
+    state = SamplingState(VOCAB_SIZE, device)
     times = []
     for _ in range(num_steps + 1):
         plan = SchedulerOutput(
@@ -74,9 +76,10 @@ def bench(num_seqs: int, num_blocks: int, num_steps: int, use_persistent: bool) 
         started = time.perf_counter()
         if use_persistent:
             batch = build_step_batch(plan, BLOCK_SIZE, persistent)
+            build_step_sampling_batch(requests, persistent, state)
         else:
             batch = build_input_batch(plan, BLOCK_SIZE, device)
-        build_sampling_batch(requests, VOCAB_SIZE, device)
+            build_sampling_batch(requests, VOCAB_SIZE, device)
         times.append(time.perf_counter() - started)
         del batch
         advance(requests)

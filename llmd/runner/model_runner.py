@@ -38,9 +38,12 @@ from llmd.runner.pending_tokens import PendingTokens
 from llmd.runner.persistent_batch import PersistentBatch
 from llmd.runner.profile_batch import dummy_prefill_batch
 from llmd.runner.sampler import Sampler, SampleRow, SamplingBatch, build_sampling_batch
-from llmd.runner.sampling_batch import greedy_sampling_batch
 from llmd.runner.sampling_state import SamplingState
-from llmd.runner.step_batch import build_step_batch, fill_decode_buffers
+from llmd.runner.step_batch import (
+    build_step_batch,
+    build_step_sampling_batch,
+    fill_decode_buffers,
+)
 from llmd.sampling_params import MAX_LOGPROBS, SamplingParams
 
 __all__ = ["ModelRunner", "RunnerOutput"]
@@ -253,7 +256,9 @@ class ModelRunner:
                     graph_size, self._pending_tokens,
                 )  # fmt: skip
             sampling_requests = [plan.chunks[i].request for i in batch.sampling_request_indices]
-            sampling_batch = self._sampling_batch(sampling_requests)
+            sampling_batch = build_step_sampling_batch(
+                sampling_requests, self.persistent_batch, self.sampling_state
+            )
             prepared = time.perf_counter()
             if graph_size is None:
                 hidden = self.model(
@@ -284,17 +289,6 @@ class ModelRunner:
         if events is not None:
             self._last_done_event = events.done
         return pending
-
-    def _sampling_batch(self, requests: list) -> SamplingBatch:
-        """A plain argmax batch unless some row needs more; kept per-request state otherwise."""
-        self.sampling_state.release_finished()
-        special = self.persistent_batch.sampled_request_ids
-        if not special or not any(request.request_id in special for request in requests):
-            return greedy_sampling_batch(len(requests), self.shape.vocab_size)
-        return build_sampling_batch(
-            requests, self.shape.vocab_size, self.device, self.sampling_state
-        )
-
 
 def worst_case_sampling_batch(
     num_rows: int, vocab_size: int, device: torch.device

@@ -19,6 +19,8 @@ from llmd.runner.host_transfer import array_to_device, to_device
 from llmd.runner.input_batch import PADDING_SLOT, DecodeBuffers, InputBatch
 from llmd.runner.pending_tokens import PendingTokens, pending_source
 from llmd.runner.persistent_batch import PersistentBatch
+from llmd.runner.sampling_batch import SamplingBatch, build_sampling_batch, greedy_sampling_batch
+from llmd.runner.sampling_state import SamplingState
 
 
 def build_step_batch(
@@ -237,3 +239,18 @@ def fill_decode_buffers(
         src = packed[offset + num_pending : offset + 2 * num_pending]
         buffers.token_rows[0].index_copy_(0, dst, pending.token_ids[src])
     return buffers.view(num_padded_seqs, seq_lens, num_seqs)
+
+
+def build_step_sampling_batch(
+    requests: list, persistent: PersistentBatch, state: SamplingState
+) -> SamplingBatch:
+    """The step's sampling batch: O(1) when every row is a plain argmax (the common case).
+
+    The persistent batch records, when a request joins, whether its sampling is more than
+    an argmax; only then are parameters packed, with the requests' kept state.
+    """
+    state.release_finished()
+    special = persistent.sampled_request_ids
+    if not special or not any(request.request_id in special for request in requests):
+        return greedy_sampling_batch(len(requests), state.vocab_size)
+    return build_sampling_batch(requests, state.vocab_size, state.device, state)
