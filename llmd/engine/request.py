@@ -126,6 +126,15 @@ class Request:
             self.times.first_token = now
         self.times.token_times.append(now)
 
+    def resolve_pending_token(self, token_id: int, now: float) -> None:
+        """Replace the trailing `PENDING_TOKEN_ID` with the sampled id (async scheduling)."""
+        if not self.all_token_ids or self.all_token_ids[-1] != PENDING_TOKEN_ID:
+            raise RuntimeError(f"{self!r} has no pending token to resolve")
+        self.all_token_ids[-1] = token_id
+        if self.times.first_token is None:
+            self.times.first_token = now
+        self.times.token_times.append(now)
+
     def finish(
         self, reason: FinishReason, now: float, stop_reason: int | str | None = None
     ) -> None:
