@@ -47,13 +47,16 @@ ENGINE_OPTIONS = [
                  show_default=True, help="auto: triton on CUDA, torch on CPU."),
     click.option("--enforce-eager", is_flag=True, default=False,
                  help="Disable CUDA graphs for decode steps."),
+    click.option("--async-scheduling/--no-async-scheduling", default=None,
+                 help="Prepare the next step while the device runs this one "
+                 "(default: on for CUDA, off on CPU)."),
 ]  # fmt: skip
 
 ENGINE_KEYS = (
     "model", "tokenizer", "dtype", "device", "block_size", "kv_cache_memory_gib",
     "gpu_memory_utilization", "num_blocks", "max_model_len", "max_num_seqs",
     "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
-    "scheduling_policy", "seed", "attention_backend", "enforce_eager",
+    "scheduling_policy", "seed", "attention_backend", "enforce_eager", "async_scheduling",
 )  # fmt: skip
 
 SAMPLING_OPTIONS = [

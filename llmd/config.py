@@ -57,6 +57,9 @@ class EngineConfig:
     """auto (triton on CUDA, torch on CPU), torch or triton."""
     enforce_eager: bool = False
     """Disable CUDA graphs for decode steps."""
+    async_scheduling: bool | None = None
+    """Schedule and prepare step N+1 while step N runs (outputs lag one step, no token past
+    a stop); None means on for CUDA, off on CPU (where it works too, but gains nothing)."""
     skip_tokenizer_init: bool = False
     """Load no tokenizer: prompts must be token ids and no text is produced (benchmarks)."""
     trust_remote_code: bool = False
@@ -88,6 +91,11 @@ class EngineConfig:
             self.attention_backend in ATTENTION_BACKENDS,
             "attention_backend",
             f"must be one of {', '.join(ATTENTION_BACKENDS)}",
+        )
+        require(
+            self.async_scheduling in (None, True, False),
+            "async_scheduling",
+            f"must be true, false or null (auto), got {self.async_scheduling!r}",
         )
         require(not self.trust_remote_code, "trust_remote_code", "llmd never runs remote code")
 

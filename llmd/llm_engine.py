@@ -86,6 +86,16 @@ class LLMEngine:
             ),
             self.block_manager,
         )
+        self.async_scheduling = (
+            config.async_scheduling
+            if config.async_scheduling is not None
+            else self.runner.device.type == "cuda"
+        )
+        self._async_stepper = None
+        if self.async_scheduling:
+            from llmd.async_stepper import AsyncStepper  # imports this module
+
+            self._async_stepper = AsyncStepper(self)
         self.started_at = time.monotonic()
         self.num_integrity_errors = 0
         """KV-pool integrity violations found (and repaired) at idle points since start."""
@@ -173,13 +183,17 @@ class LLMEngine:
         return self.scheduler.finish_request(request_id, reason, stop_reason)
 
     def has_unfinished_requests(self) -> bool:
-        """True while any request waits or runs."""
+        """True while any request waits or runs, or a launched step is still to be applied."""
+        if self._async_stepper is not None and self._async_stepper.has_in_flight:
+            return True
         return self.scheduler.has_unfinished_requests
 
     # ---------------------------------------------------------------- step
 
     def step(self) -> StepResult:
         """Schedule, run and apply one step; a failing step fails only its own requests."""
+        if self._async_stepper is not None:
+            return self._async_stepper.step()  # outputs lag one step (see async_stepper)
         started = time.monotonic()
         try:
             plan = self.scheduler.schedule()

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 from llmd.sampling_params import SamplingParams
 
+PENDING_TOKEN_ID = -1
+"""Stands in for an output token sampled on the device but not yet read back (async
+scheduling); the runner feeds the device-side value, and the engine replaces it."""
+
 
 class RequestStatus(enum.Enum):
     """Where a request is in its lifecycle."""
@@ -118,6 +122,15 @@ class Request:
     def append_token(self, token_id: int, now: float) -> None:
         """Record one sampled token and its arrival time."""
         self.all_token_ids.append(token_id)
+        if self.times.first_token is None:
+            self.times.first_token = now
+        self.times.token_times.append(now)
+
+    def resolve_pending_token(self, token_id: int, now: float) -> None:
+        """Replace the trailing `PENDING_TOKEN_ID` with the sampled id (async scheduling)."""
+        if not self.all_token_ids or self.all_token_ids[-1] != PENDING_TOKEN_ID:
+            raise RuntimeError(f"{self!r} has no pending token to resolve")
+        self.all_token_ids[-1] = token_id
         if self.times.first_token is None:
             self.times.first_token = now
         self.times.token_times.append(now)

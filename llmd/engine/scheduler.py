@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from llmd.config import SchedulerConfig
 from llmd.engine.block_manager import BlockManager
-from llmd.engine.request import FinishReason, Request, RequestStatus
+from llmd.engine.request import PENDING_TOKEN_ID, FinishReason, Request, RequestStatus
 from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
 from llmd.engine.waiting_queue import make_waiting_queue
 from llmd.errors import InvalidParameterError, RequestRejectedError, SchedulerStallError
@@ -211,6 +211,63 @@ class Scheduler:
                 self.finish_request(request.request_id, reason, stop_reason, now)
                 finished.append(request)
         return finished
+
+    # ------------------------------------------------------------ async scheduling
+
+    def advance_in_flight(self, output: SchedulerOutput) -> set[str]:
+        """Count a launched step's tokens as computed before its samples are read.
+
+        Each sampling request gets a `PENDING_TOKEN_ID` placeholder, so the next plan
+        schedules its decode (whose input the runner takes from the device), unless the
+        sample must end the request by length: it then waits, unscheduled, for it.
+        Returns the ids of the requests given a placeholder.
+        """
+        pending_ids: set[str] = set()
+        for chunk in output.chunks:
+            request = chunk.request
+            if request.is_finished or request.status is not RequestStatus.RUNNING:
+                continue  # ended (or preempted) after the plan was made
+            request.num_computed_tokens += chunk.num_new_tokens
+            if chunk.is_sampling and not self._ends_by_length_after_sample(request):
+                request.all_token_ids.append(PENDING_TOKEN_ID)
+                pending_ids.add(request.request_id)
+        return pending_ids
+
+    def resolve_in_flight(
+        self, output: SchedulerOutput, sampled_token_ids: dict[str, int], pending_ids: set[str]
+    ) -> list[Request]:
+        """Apply a launched step's samples (see `advance_in_flight`); returns finished requests.
+
+        A request that ended meanwhile (a stop found in the previous step, an abort, a
+        stop string) has its sample discarded: no token is ever emitted past a stop.
+        """
+        now = time.monotonic()
+        finished: list[Request] = []
+        for chunk in output.chunks:
+            request = chunk.request
+            if request.is_finished:
+                continue
+            if not chunk.is_sampling:
+                self.block_manager.cache_full_blocks(request)
+                continue
+            token_id = sampled_token_ids[request.request_id]
+            if request.request_id in pending_ids:
+                request.resolve_pending_token(token_id, now)
+            else:
+                request.append_token(token_id, now)
+            self.block_manager.cache_full_blocks(request)
+            reason, stop_reason = self._check_stop(request, token_id)
+            if reason is not None:
+                self.finish_request(request.request_id, reason, stop_reason, now)
+                finished.append(request)
+        return finished
+
+    def _ends_by_length_after_sample(self, request: Request) -> bool:
+        """True when the next sampled token will end the request by max_tokens or length."""
+        return (
+            request.num_output_tokens + 1 >= request.sampling_params.max_tokens
+            or request.num_tokens + 1 >= self.config.max_model_len
+        )
 
     def _check_stop(
         self, request: Request, token_id: int

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ from llmd.config import EngineConfig
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.layers.kernel_config import KernelConfig, configure_kernels
 from llmd.models.loader import load_model, model_shape
-from llmd.outputs import TokenLogprob
 from llmd.runner.cuda_graphs import (
     DecodeGraphRunner,
     estimate_graph_pool_bytes,
@@ -28,30 +26,30 @@ from llmd.runner.cuda_graphs import (
     graphs_disabled_reason,
 )
 from llmd.runner.device import resolve_device, resolve_dtype
-from llmd.runner.input_batch import DecodeBuffers, build_decode_batch, build_input_batch
+from llmd.runner.input_batch import DecodeBuffers
 from llmd.runner.kv_cache import (
     GIB,
     allocate_kv_cache,
     kv_bytes_per_block,
     num_blocks_for_budget,
 )
+from llmd.runner.pending_step import PendingStep, RunnerOutput, StepEvents
+from llmd.runner.pending_tokens import PendingTokens
+from llmd.runner.persistent_batch import PersistentBatch
 from llmd.runner.profile_batch import dummy_prefill_batch
 from llmd.runner.sampler import Sampler, SampleRow, SamplingBatch, build_sampling_batch
+from llmd.runner.sampling_state import SamplingState
+from llmd.runner.step_batch import (
+    build_step_batch,
+    build_step_sampling_batch,
+    fill_decode_buffers,
+)
 from llmd.sampling_params import MAX_LOGPROBS, SamplingParams
+
+__all__ = ["ModelRunner", "RunnerOutput"]
 
 logger = logging.getLogger(__name__)
 MIB = 1024**2
-
-
-@dataclass
-class RunnerOutput:
-    """Sampled tokens of one step, keyed by request id, and where the time went."""
-
-    sampled_token_ids: dict[str, int]
-    logprobs: dict[str, TokenLogprob] = field(default_factory=dict)
-    prepare_s: float = 0.0
-    forward_s: float = 0.0
-    sample_s: float = 0.0
 
 
 class ModelRunner:
@@ -100,6 +98,13 @@ class ModelRunner:
             self.device,
         )
         self.sampler = Sampler(config.seed)
+        self.sampling_state = SamplingState(self.shape.vocab_size, self.device)
+        self.max_blocks_per_seq = -(-self.max_model_len // self.block_size)
+        self.persistent_batch = PersistentBatch(
+            config.max_num_seqs, self.max_blocks_per_seq, self.device
+        )
+        self._pending_tokens: PendingTokens | None = None  # the last launched step's samples
+        self._last_done_event: torch.cuda.Event | None = None
         self.graph_runner: DecodeGraphRunner | None = None
         if self.graph_batch_sizes:
             self.graph_runner = self._capture_graphs()
@@ -195,9 +200,8 @@ class ModelRunner:
 
     def _capture_graphs(self) -> DecodeGraphRunner:
         """Capture one decode graph per batch size over the allocated KV cache."""
-        max_blocks_per_seq = -(-self.max_model_len // self.block_size)
         buffers = DecodeBuffers.allocate(
-            max(self.graph_batch_sizes), max_blocks_per_seq, self.device
+            max(self.graph_batch_sizes), self.max_blocks_per_seq, self.device
         )
         runner = DecodeGraphRunner(self.model, self.kv_caches, buffers, self.graph_batch_sizes)
         stats = runner.capture()
@@ -216,48 +220,75 @@ class ModelRunner:
 
     # ---------------------------------------------------------------- step
 
-    @torch.inference_mode()
     def execute(self, plan: SchedulerOutput) -> RunnerOutput:
-        """Compute the plan's tokens and sample one token per sampling chunk.
+        """Compute the plan's tokens and sample one token per sampling chunk (launch + wait)."""
+        return self.launch(plan).resolve()
+
+    @torch.inference_mode()
+    def launch(self, plan: SchedulerOutput) -> PendingStep:
+        """Queue the plan's forward pass and sampling on the device; returns without waiting.
 
         Decode-only plans that fit a captured bucket replay its CUDA graph over padded
-        static buffers; every other plan runs eagerly on an unpadded batch.
+        static buffers; every other plan runs eagerly on an unpadded batch. Inputs come
+        from the persistent batch; a decode whose input token is still pending (async
+        scheduling) reads it from the previous launch's samples on the device.
         """
         start = time.perf_counter()
-        graph_size = None
-        if self.graph_runner is not None:
-            graph_size = self.graph_runner.graph_batch_size_for(plan)
-        if graph_size is None:
-            batch = build_input_batch(plan, self.block_size, self.device)
-        else:
-            batch = build_decode_batch(plan, self.block_size, self.graph_runner.buffers, graph_size)
-        sampling_requests = [plan.chunks[i].request for i in batch.sampling_request_indices]
-        sampling_batch = build_sampling_batch(sampling_requests, self.shape.vocab_size, self.device)
-        prepared = time.perf_counter()
-        if graph_size is None:
-            hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.metadata)
-        else:
-            hidden = self.graph_runner.replay(graph_size)  # [graph_size, hidden]; padding last
-        logits = self.model.compute_logits(hidden[batch.logits_indices])  # [num_sampling, vocab]
+        events = None
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # attribute GPU time to the forward, honestly
-        forwarded = time.perf_counter()
-        result = self.sampler(logits, sampling_batch)
-        sampled = time.perf_counter()
+            events = StepEvents(
+                torch.cuda.Event(enable_timing=True),
+                torch.cuda.Event(enable_timing=True),
+                self._last_done_event,
+            )
+            events.started.record()
+        try:
+            graph_size = None
+            if self.graph_runner is not None:
+                graph_size = self.graph_runner.graph_batch_size_for(plan)
+            if graph_size is None:
+                batch = build_step_batch(
+                    plan, self.block_size, self.persistent_batch, self._pending_tokens
+                )
+            else:
+                batch = fill_decode_buffers(
+                    plan, self.block_size, self.persistent_batch, self.graph_runner.buffers,
+                    graph_size, self._pending_tokens,
+                )  # fmt: skip
+            sampling_requests = [plan.chunks[i].request for i in batch.sampling_request_indices]
+            sampling_batch = build_step_sampling_batch(
+                sampling_requests, self.persistent_batch, self.sampling_state
+            )
+            prepared = time.perf_counter()
+            if graph_size is None:
+                hidden = self.model(
+                    batch.input_ids, batch.positions, self.kv_caches, batch.metadata
+                )
+            else:
+                hidden = self.graph_runner.replay(graph_size)  # [graph_size, hidden]
+            logits = self.model.compute_logits(hidden[batch.logits_indices])  # [n, vocab]
+            sample = self.sampler.sample(logits, sampling_batch)
+            penalties = sampling_batch.penalties
+            if penalties is not None and penalties.count_slots is not None:
+                self.sampling_state.record_sampled(
+                    penalties.count_slots, sample.token_ids[penalties.row_indices]
+                )
+        except Exception:
+            # A half-applied step leaves no trusted row state: rebuild it next step.
+            self.persistent_batch.clear()
+            self._pending_tokens = None
+            raise
         request_ids = [request.request_id for request in sampling_requests]
-        logprobs = {
-            request_id: entry
-            for request_id, entry in zip(request_ids, result.logprobs)
-            if entry is not None
-        }
-        return RunnerOutput(
-            sampled_token_ids=dict(zip(request_ids, result.token_ids)),
-            logprobs=logprobs,
-            prepare_s=prepared - start,
-            forward_s=forwarded - prepared,
-            sample_s=sampled - forwarded,
+        self._pending_tokens = PendingTokens(
+            sample.token_ids, {request_id: i for i, request_id in enumerate(request_ids)}
         )
-
+        pending = PendingStep(
+            request_ids, sampling_batch, sample, prepared - start, prepared,
+            time.perf_counter() - prepared, events,
+        )  # fmt: skip
+        if events is not None:
+            self._last_done_event = events.done
+        return pending
 
 def worst_case_sampling_batch(
     num_rows: int, vocab_size: int, device: torch.device

@@ -44,6 +44,20 @@ class SamplerOutput:
     logprobs: list[TokenLogprob | None]
 
 
+@dataclass
+class DeviceSample:
+    """A step's samples still on the device: reading them is the step's only host sync."""
+
+    token_ids: torch.Tensor  # [num_rows] int64
+    packed_logprobs: torch.Tensor | None  # [num_rows, 3 + 2 * max_n] float64; None: none asked
+
+    def read(self, batch: SamplingBatch) -> SamplerOutput:
+        """Copy to the host (waits for the device) and unpack."""
+        if self.packed_logprobs is None:
+            return SamplerOutput(self.token_ids.tolist(), [None] * batch.num_rows)
+        return SamplerOutput(*unpack_logprobs(self.packed_logprobs.tolist(), batch))
+
+
 class Sampler:
     """Samples one token per row from float32 logits according to a `SamplingBatch`."""
 
@@ -53,8 +67,12 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
         """Sample from `logits` [num_rows, vocab] (float32); rows match the batch's rows."""
+        return self.sample(logits, batch).read(batch)
+
+    def sample(self, logits: torch.Tensor, batch: SamplingBatch) -> DeviceSample:
+        """Sample on the device without waiting for it: ids (and logprobs) stay there."""
         if batch.is_argmax_only:
-            return SamplerOutput(logits.argmax(dim=-1).tolist(), [None] * batch.num_rows)
+            return DeviceSample(logits.argmax(dim=-1), None)
         logits = logits.float()
         raw_logprobs = None
         if batch.max_num_logprobs is not None:
@@ -68,8 +86,8 @@ class Sampler:
             )
         token_ids = self._choose(logits, batch)  # [num_rows] int64
         if raw_logprobs is None:
-            return SamplerOutput(token_ids.tolist(), [None] * batch.num_rows)
-        return SamplerOutput(*_gather_logprobs(raw_logprobs, token_ids, batch))
+            return DeviceSample(token_ids, None)
+        return DeviceSample(token_ids, _pack_logprobs(raw_logprobs, token_ids, batch))
 
     def _choose(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
         if batch.all_greedy:
@@ -116,9 +134,9 @@ class Sampler:
                     len(batch.unseeded_rows), logits.shape[1], dtype=logits.dtype, device=device
                 )
                 uniform[batch.unseeded_rows] = draw.uniform_(generator=generator)
-        for position, generator_seed in batch.seeded_rows:
-            generator = torch.Generator(device=device)
-            generator.manual_seed(generator_seed)
+        for position, generator_seed, kept in batch.seeded_rows:
+            generator = kept if kept is not None else torch.Generator(device=device)
+            generator.manual_seed(generator_seed)  # a reset of the kept state, no allocation
             uniform[position] = torch.empty(
                 logits.shape[1], dtype=logits.dtype, device=device
             ).uniform_(generator=generator)
@@ -200,15 +218,18 @@ def apply_min_p(probs: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
     return probs.masked_fill(probs < threshold, 0.0)
 
 
-def _gather_logprobs(
+def _pack_logprobs(
     raw_logprobs: torch.Tensor, token_ids: torch.Tensor, batch: SamplingBatch
-) -> tuple[list[int], list[TokenLogprob | None]]:
-    """Sampled-token logprob, rank and top-N per row, moved to the host in one transfer."""
+) -> torch.Tensor:
+    """Sampled id, its logprob and rank, top-N ids and logprobs per row, in one tensor.
+
+    One [num_rows, 3 + 2 * max_n] float64 tensor, so the host reads it in one transfer.
+    """
     sampled = raw_logprobs.gather(1, token_ids[:, None])  # [num_rows, 1]
     ranks = (raw_logprobs > sampled).sum(dim=-1, keepdim=True) + 1  # [num_rows, 1]
     max_n = batch.max_num_logprobs or 0
     top_logprobs, top_ids = raw_logprobs.topk(max_n, dim=-1)  # [num_rows, max_n]
-    packed = torch.cat(
+    return torch.cat(
         [
             token_ids[:, None].double(),
             sampled.double(),
@@ -217,7 +238,14 @@ def _gather_logprobs(
             top_logprobs.double(),
         ],
         dim=1,
-    ).tolist()  # [num_rows, 3 + 2 * max_n]
+    )
+
+
+def unpack_logprobs(
+    packed: list[list[float]], batch: SamplingBatch
+) -> tuple[list[int], list[TokenLogprob | None]]:
+    """Token ids and per-row `TokenLogprob`s from `_pack_logprobs`'s rows, read on the host."""
+    max_n = batch.max_num_logprobs or 0
     token_id_list: list[int] = []
     results: list[TokenLogprob | None] = []
     for row, num in zip(packed, batch.num_logprobs):

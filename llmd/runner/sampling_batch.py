@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from llmd.runner.host_transfer import to_device
 from llmd.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from llmd.runner.sampling_state import SamplingState
 
 GREEDY_TEMPERATURE = 1e-5
 """Temperatures below this are treated as 0 (greedy): dividing by them overflows float32."""
@@ -60,6 +64,9 @@ class PenaltyTensors:
     frequency_penalties: torch.Tensor  # [num_penalized] float32
     prompt_token_mask: torch.Tensor | None  # [num_penalized, vocab] bool; None: no repetition
     output_token_counts: torch.Tensor  # [num_penalized, vocab] float32
+    count_slots: torch.Tensor | None = None
+    """[num_penalized] int64: rows of `SamplingState.output_counts` to add the sampled
+    tokens to after this step; None when counts were rebuilt from the histories."""
 
 
 @dataclass
@@ -76,8 +83,9 @@ class SamplingBatch:
     max_top_k: int
     """Largest k over the random rows (vocab_size when some row does not use top-k)."""
     min_p: torch.Tensor | None  # [num_random] float32 (0 = off); None: no row uses it
-    seeded_rows: list[tuple[int, int]]
-    """(position among random rows, generator seed for this row's next token)."""
+    seeded_rows: list[tuple[int, int, torch.Generator | None]]
+    """(position among random rows, generator seed for this row's next token, the
+    request's kept generator or None to make one)."""
     unseeded_rows: torch.Tensor | None  # [num_unseeded] int64, positions among random rows
     penalties: PenaltyTensors | None
     suppressed_rows: torch.Tensor | None  # [num_suppressed] int64, rows of the batch
@@ -108,6 +116,26 @@ class SamplingBatch:
         )
 
 
+def is_plain_greedy(params: SamplingParams) -> bool:
+    """True when sampling is a bare argmax: greedy, no penalties, min_tokens or logprobs."""
+    return (
+        params.temperature < GREEDY_TEMPERATURE
+        and not params.has_penalties
+        and not params.min_tokens
+        and params.logprobs is None
+    )
+
+
+def greedy_sampling_batch(num_rows: int, vocab_size: int) -> SamplingBatch:
+    """The batch of `num_rows` plain-greedy rows (an argmax each), built in O(1) tensors."""
+    return SamplingBatch(
+        num_rows=num_rows, vocab_size=vocab_size, greedy_rows=None, random_rows=None,
+        temperatures=None, top_k=None, top_p=None, max_top_k=vocab_size, min_p=None,
+        seeded_rows=[], unseeded_rows=None, penalties=None, suppressed_rows=None,
+        suppressed_token_ids=None, num_logprobs=[None] * num_rows, max_num_logprobs=None,
+    )  # fmt: skip
+
+
 def mix_seed(seed: int, output_index: int) -> int:
     """A 63-bit generator seed for output token `output_index` of a request seeded `seed`.
 
@@ -121,16 +149,23 @@ def mix_seed(seed: int, output_index: int) -> int:
 
 
 def build_sampling_batch(
-    rows: Sequence[SampleSource], vocab_size: int, device: torch.device | str
+    rows: Sequence[SampleSource],
+    vocab_size: int,
+    device: torch.device | str,
+    state: SamplingState | None = None,
 ) -> SamplingBatch:
-    """Pack the rows' sampling parameters (row i of the logits is rows[i]) into tensors."""
+    """Pack the rows' sampling parameters (row i of the logits is rows[i]) into tensors.
+
+    With a `state` (rows are then `Request`s), seeded rows use the requests' kept
+    generators and penalties read the kept counts instead of re-counting histories.
+    """
     greedy_rows: list[int] = []
     random_rows: list[int] = []
     temperatures: list[float] = []
     top_ks: list[int] = []
     top_ps: list[float] = []
     min_ps: list[float] = []
-    seeded_rows: list[tuple[int, int]] = []
+    seeded_rows: list[tuple[int, int, torch.Generator | None]] = []
     unseeded_rows: list[int] = []
     penalized_rows: list[int] = []
     suppressed_rows: list[int] = []
@@ -150,7 +185,9 @@ def build_sampling_batch(
             if params.seed is None:
                 unseeded_rows.append(position)
             else:
-                seeded_rows.append((position, mix_seed(params.seed, row.num_output_tokens)))
+                generator = None if state is None else state.generator_for(row)
+                seed = mix_seed(params.seed, row.num_output_tokens)
+                seeded_rows.append((position, seed, generator))
         if params.has_penalties:
             penalized_rows.append(row_index)
         if params.min_tokens and row.num_output_tokens < params.min_tokens:
@@ -162,7 +199,7 @@ def build_sampling_batch(
         num_logprobs.append(params.logprobs)
 
     def as_tensor(values: list, dtype: torch.dtype) -> torch.Tensor:
-        return torch.tensor(values, dtype=dtype, device=device)
+        return to_device(values, dtype, device)
 
     num_rows = len(rows)
     has_random = bool(random_rows)
@@ -181,7 +218,9 @@ def build_sampling_batch(
         seeded_rows=seeded_rows,
         unseeded_rows=as_tensor(unseeded_rows, torch.int64) if unseeded_rows else None,
         penalties=(
-            _build_penalties(rows, penalized_rows, vocab_size, device) if penalized_rows else None
+            _build_penalties(rows, penalized_rows, vocab_size, device, state)
+            if penalized_rows
+            else None
         ),
         suppressed_rows=as_tensor(suppressed_rows, torch.int64) if suppressed_rows else None,
         suppressed_token_ids=(
@@ -197,31 +236,39 @@ def _build_penalties(
     penalized_rows: list[int],
     vocab_size: int,
     device: torch.device | str,
+    state: SamplingState | None = None,
 ) -> PenaltyTensors:
     """Token counts of the penalized rows' outputs (and a mask of their prompts' tokens)."""
     params = [rows[i].sampling_params for i in penalized_rows]
-    output_counts = _count_tokens(
-        [rows[i].output_token_ids for i in penalized_rows], vocab_size, device
-    )
+    uses_repetition = any(p.repetition_penalty != 1.0 for p in params)
+    count_slots = None
     prompt_mask = None
-    if any(p.repetition_penalty != 1.0 for p in params):
-        prompt_mask = (
-            _count_tokens([rows[i].prompt_token_ids for i in penalized_rows], vocab_size, device)
-            > 0
+    if state is not None:
+        count_slots = state.penalty_slots([rows[i] for i in penalized_rows])
+        output_counts = state.output_counts[count_slots]  # [num_penalized, vocab]
+        if uses_repetition:
+            prompt_mask = state.prompt_masks[count_slots]
+    else:
+        output_counts = _count_tokens(
+            [rows[i].output_token_ids for i in penalized_rows], vocab_size, device
         )
+        if uses_repetition:
+            prompt_ids = [rows[i].prompt_token_ids for i in penalized_rows]
+            prompt_mask = _count_tokens(prompt_ids, vocab_size, device) > 0
+    settings = to_device(
+        [p.repetition_penalty for p in params]
+        + [p.presence_penalty for p in params]
+        + [p.frequency_penalty for p in params],
+        torch.float32, device,
+    ).view(3, len(params))  # fmt: skip
     return PenaltyTensors(
-        row_indices=torch.tensor(penalized_rows, dtype=torch.int64, device=device),
-        repetition_penalties=torch.tensor(
-            [p.repetition_penalty for p in params], dtype=torch.float32, device=device
-        ),
-        presence_penalties=torch.tensor(
-            [p.presence_penalty for p in params], dtype=torch.float32, device=device
-        ),
-        frequency_penalties=torch.tensor(
-            [p.frequency_penalty for p in params], dtype=torch.float32, device=device
-        ),
+        row_indices=to_device(penalized_rows, torch.int64, device),
+        repetition_penalties=settings[0],
+        presence_penalties=settings[1],
+        frequency_penalties=settings[2],
         prompt_token_mask=prompt_mask,
         output_token_counts=output_counts,
+        count_slots=count_slots,
     )
 
 

@@ -1,7 +1,8 @@
 """Greedy token ids equal HF transformers' generate on tiny random checkpoints.
 
 Every scheduling path must leave the math untouched: each request alone, all batched,
-chunked prefill under a tiny token budget, prefix-cache hits and preemption by a tiny pool.
+chunked prefill under a tiny token budget, prefix-cache hits and preemption by a tiny pool,
+each with async scheduling off and on (on CPU too: the same code path as on CUDA).
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from tests.tiny_model import make_tiny_model
 ARCHS = ["llama", "mistral", "qwen2", "qwen3"]
 PROMPT_LENGTHS = [1, 5, 17, 40, 63]
 MAX_TOKENS = 10
+
+
+@pytest.fixture(params=[False, True], ids=["sync", "async"])
+def async_scheduling(request):
+    """Whether the engine prepares step N+1 before reading step N's samples."""
+    return request.param
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -53,16 +60,18 @@ def _token_ids(llm: LLM, prompts) -> list[list[int]]:
     return [output.token_ids for output in llm.generate(prompts, GREEDY)]
 
 
-def test_each_request_alone(arch_case):
+def test_each_request_alone(arch_case, async_scheduling):
     path, prompts, expected = arch_case
-    llm = LLM(str(path), device="cpu", num_blocks=64, block_size=4, enable_prefix_caching=False)
+    llm = LLM(str(path), device="cpu", num_blocks=64, block_size=4, enable_prefix_caching=False,
+              async_scheduling=async_scheduling)  # fmt: skip
     for prompt, want in zip(prompts, expected):
         assert _token_ids(llm, [prompt]) == [want]
 
 
-def test_all_batched_with_prefix_cache(arch_case):
+def test_all_batched_with_prefix_cache(arch_case, async_scheduling):
     path, prompts, expected = arch_case
-    llm = LLM(str(path), device="cpu", num_blocks=256, block_size=4)
+    llm = LLM(str(path), device="cpu", num_blocks=256, block_size=4,
+              async_scheduling=async_scheduling)  # fmt: skip
     assert _token_ids(llm, prompts) == expected
     # Run again: now the prompts hit the prefix cache and must still match exactly.
     assert _token_ids(llm, prompts) == expected
@@ -70,15 +79,18 @@ def test_all_batched_with_prefix_cache(arch_case):
     assert usage.num_prefix_hit_tokens > 0
 
 
-def test_chunked_prefill_small_budget(arch_case):
+def test_chunked_prefill_small_budget(arch_case, async_scheduling):
     path, prompts, expected = arch_case
-    llm = LLM(str(path), device="cpu", num_blocks=256, block_size=4, max_num_batched_tokens=7)
+    llm = LLM(str(path), device="cpu", num_blocks=256, block_size=4, max_num_batched_tokens=7,
+              async_scheduling=async_scheduling)  # fmt: skip
     assert _token_ids(llm, prompts) == expected
 
 
-def test_preemption_tiny_pool(arch_case):
+def test_preemption_tiny_pool(arch_case, async_scheduling):
     path, prompts, expected = arch_case
     # 40 blocks of 4 tokens = 160 slots for ~260 tokens of concurrent demand.
-    llm = LLM(str(path), device="cpu", num_blocks=40, block_size=4, max_num_batched_tokens=32)
+    llm = LLM(str(path), device="cpu", num_blocks=40, block_size=4, max_num_batched_tokens=32,
+              async_scheduling=async_scheduling)  # fmt: skip
     assert _token_ids(llm, prompts) == expected
     assert llm.engine.scheduler.num_preemptions > 0
+    assert llm.engine.async_scheduling is async_scheduling

@@ -1,0 +1,110 @@
+"""A step launched on the device whose samples the host has not read yet.
+
+Launching queues the forward pass, the sampler and a non-blocking copy of the sampled ids
+into pinned host memory, then returns at once; `resolve` waits for that copy only (an
+event, not a device-wide synchronize), so the host can prepare the next step meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from llmd.outputs import TokenLogprob
+from llmd.runner.sampler import DeviceSample, SamplerOutput
+from llmd.runner.sampling_batch import SamplingBatch
+
+
+@dataclass
+class RunnerOutput:
+    """Sampled tokens of one step, keyed by request id, and where the time went.
+
+    `prepare_s` is host work before launch; `forward_s` launch plus waiting for the device
+    (the device's forward and sampling); `sample_s` reading the samples on the host.
+    `device_busy_s` / `device_gap_s` (CUDA only, from events) are the device's time on
+    this step and its idle time since the previous step's end.
+    """
+
+    sampled_token_ids: dict[str, int]
+    logprobs: dict[str, TokenLogprob] = field(default_factory=dict)
+    prepare_s: float = 0.0
+    forward_s: float = 0.0
+    sample_s: float = 0.0
+    device_busy_s: float | None = None
+    device_gap_s: float | None = None
+
+
+@dataclass
+class StepEvents:
+    """CUDA events around a step's device work (timing enabled), to measure idle gaps."""
+
+    started: torch.cuda.Event
+    done: torch.cuda.Event
+    previous_done: torch.cuda.Event | None
+
+
+class PendingStep:
+    """The samples of one launched step, on their way to the host."""
+
+    def __init__(
+        self,
+        request_ids: list[str],
+        batch: SamplingBatch,
+        sample: DeviceSample,
+        prepare_s: float,
+        launched_at: float,
+        launch_s: float,
+        events: StepEvents | None,
+    ) -> None:
+        self.request_ids = request_ids
+        self.batch = batch
+        self.prepare_s = prepare_s
+        self.launched_at = launched_at
+        self.launch_s = launch_s
+        self.events = events
+        self._sample = sample
+        if events is None:  # CPU: the step has already run
+            self._host = sample
+        else:
+            self._host = DeviceSample(
+                _to_pinned_host(sample.token_ids),
+                None if sample.packed_logprobs is None else _to_pinned_host(sample.packed_logprobs),
+            )
+            events.done.record()
+
+    def resolve(self) -> RunnerOutput:
+        """Wait for this step's samples (and only them), then return them by request id."""
+        waited_from = time.perf_counter()
+        if self.events is not None:
+            self.events.done.synchronize()
+        read_from = time.perf_counter()
+        result: SamplerOutput = self._host.read(self.batch)
+        read_until = time.perf_counter()
+        logprobs = {
+            request_id: entry
+            for request_id, entry in zip(self.request_ids, result.logprobs)
+            if entry is not None
+        }
+        output = RunnerOutput(
+            sampled_token_ids=dict(zip(self.request_ids, result.token_ids)),
+            logprobs=logprobs,
+            prepare_s=self.prepare_s,
+            forward_s=self.launch_s + (read_from - waited_from),
+            sample_s=read_until - read_from,
+        )
+        if self.events is not None:
+            events = self.events
+            output.device_busy_s = events.started.elapsed_time(events.done) / 1000
+            if events.previous_done is not None:
+                output.device_gap_s = events.previous_done.elapsed_time(events.started) / 1000
+        return output
+
+
+def _to_pinned_host(tensor: torch.Tensor) -> torch.Tensor:
+    """Queue a copy of a device tensor into fresh pinned host memory; returns the host tensor."""
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    return host
+
