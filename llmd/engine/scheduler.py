@@ -49,7 +49,14 @@ class Scheduler:
                 f"{max_len} (prompt plus at least one output token must fit)",
                 "prompt",
             )
-        num_tokens = min(request.max_num_tokens, max_len)
+        num_tokens = request.max_num_tokens
+        if num_tokens > max_len:
+            raise RequestRejectedError(
+                f"prompt ({request.num_prompt_tokens} tokens) plus max_tokens "
+                f"({request.sampling_params.max_tokens}) is {num_tokens} tokens, but "
+                f"max_model_len is {max_len}",
+                "max_tokens",
+            )
         num_blocks = self.block_manager.num_blocks_for(num_tokens)
         if num_blocks > self.block_manager.num_blocks:
             raise RequestRejectedError(
@@ -106,7 +113,7 @@ class Scheduler:
                     f"request {head.request_id!r} ({head.num_tokens} tokens) cannot be admitted "
                     f"into an idle engine ({self.block_manager.num_free_blocks} of "
                     f"{self.block_manager.num_blocks} KV blocks free)",
-                    head.request_id,
+                    request_id=head.request_id,
                 )
         # Decodes first, so the runner can split the batch into a decode and a prefill part.
         output.chunks.sort(key=lambda chunk: not chunk.is_decode)

@@ -128,13 +128,27 @@ def test_stop_on_eos_and_stop_token_and_min_tokens():
     assert_idle_and_clean(scheduler)
 
 
-def test_max_model_len_ends_with_length():
+def test_request_exactly_filling_max_model_len_ends_with_length():
     scheduler = make_scheduler(max_model_len=12)
-    request = make_request(num_prompt_tokens=10, max_tokens=100)
+    request = make_request(num_prompt_tokens=10, max_tokens=2)
     scheduler.add_request(request)
     drain(scheduler)
     assert request.num_tokens == 12 and request.finish_reason is FinishReason.LENGTH
     assert_idle_and_clean(scheduler)
+
+
+def test_max_tokens_beyond_max_model_len_is_rejected_naming_both_numbers():
+    """Regression: max_tokens far beyond the context was silently capped at max_model_len."""
+    scheduler = make_scheduler(max_model_len=12)
+    with pytest.raises(RequestRejectedError) as error:
+        scheduler.add_request(make_request(num_prompt_tokens=10, max_tokens=100))
+    assert error.value.code == "request_too_large" and error.value.parameter == "max_tokens"
+    message = str(error.value)
+    assert "max_tokens (100)" in message and "110 tokens" in message
+    assert "max_model_len is 12" in message
+    with pytest.raises(RequestRejectedError):
+        scheduler.add_request(make_request(num_prompt_tokens=10, max_tokens=3))
+    assert not scheduler.has_unfinished_requests
 
 
 def test_preemption_newest_first_and_resume():

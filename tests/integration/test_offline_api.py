@@ -158,3 +158,14 @@ def test_generate_raises_typed_error_when_the_scheduler_cannot_progress(small_po
         engine.block_manager.free(leaked)
     outputs = small_pool_llm.generate([[5] * 500], SamplingParams(max_tokens=1))
     assert len(outputs[0].token_ids) == 1
+
+
+def test_max_tokens_beyond_the_context_is_rejected_not_capped(llm):
+    """Regression: max_tokens=10_000 on a 256-token context was silently capped."""
+    with pytest.raises(RequestRejectedError) as error:
+        llm.generate([[5, 6, 7]], SamplingParams(max_tokens=10_000))
+    assert error.value.code == "request_too_large" and error.value.parameter == "max_tokens"
+    assert "10003 tokens" in str(error.value) and "max_model_len is 256" in str(error.value)
+    outputs = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=253, ignore_eos=True))
+    assert len(outputs[0].token_ids) == 253 and outputs[0].finish_reason == "length"
+    assert not llm.engine.has_unfinished_requests()
