@@ -7,6 +7,7 @@ means the daemon is gone, however long a legitimate generation takes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -18,7 +19,6 @@ import zmq
 from llmd.client.errors import daemon_not_running
 from llmd.errors import InvalidParameterError
 from llmd.protocol import (
-    DEFAULT_MAX_MESSAGE_BYTES,
     DuplicateRequestIdError,
     ErrorReply,
     GenerateRequest,
@@ -55,20 +55,28 @@ def new_id_prefix() -> str:
 
 
 def encode_request(message: WireMessage) -> bytes:
-    """msgpack bytes of a request, refused locally when larger than a daemon accepts."""
+    """msgpack bytes of a request; values msgpack cannot carry raise a typed error."""
     try:
-        payload = encode(message)
+        return encode(message)
     except (OverflowError, UnicodeEncodeError, ValueError) as error:
         # msgpack has no integers beyond 64 bits and UTF-8 has no lone surrogates.
         field = unencodable_field(message.to_wire())
         raise InvalidParameterError(f"cannot be sent ({error})", field) from None
-    if len(payload) > DEFAULT_MAX_MESSAGE_BYTES:
+
+
+def check_size(payload: bytes, max_bytes: int) -> None:
+    """Refuse locally a request larger than the daemon accepts (it would answer no more)."""
+    if len(payload) > max_bytes:
         raise InvalidParameterError(
-            f"the request is {len(payload)} bytes; the daemon accepts at most "
-            f"{DEFAULT_MAX_MESSAGE_BYTES}",
+            f"the request is {len(payload)} bytes; the daemon accepts at most {max_bytes} "
+            "(its --max-message-bytes)",
             "prompt",
         )
-    return payload
+
+
+def with_expiry(request: GenerateRequest, timeout: float) -> GenerateRequest:
+    """The request stamped to expire when its sender gives up waiting for the daemon."""
+    return dataclasses.replace(request, expires_at=time.time() + timeout)
 
 
 def unencodable_field(data: dict[str, Any]) -> str | None:

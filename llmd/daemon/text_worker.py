@@ -79,8 +79,16 @@ class AbortJob:
 class TextWorker:
     """Owns the text side of every live request, in one thread."""
 
-    def __init__(self, engine: Any, engine_loop: EngineLoop, outbox: Outbox, metrics: Any):
+    def __init__(
+        self,
+        engine: Any,
+        engine_loop: EngineLoop,
+        outbox: Outbox,
+        metrics: Any,
+        instance_id: str | None = None,
+    ):
         self.tokenizer = engine.tokenizer
+        self.instance_id = instance_id
         self.engine_loop = engine_loop
         self.outbox = outbox
         self.metrics = metrics
@@ -196,7 +204,8 @@ class TextWorker:
             live = self._live.get(engine_id)
             if live is not None:
                 live.num_prompt_tokens = num_prompt_tokens
-                self._send(live, Accepted(live.client_id, engine_id, num_prompt_tokens))
+                accepted = Accepted(live.client_id, engine_id, num_prompt_tokens, self.instance_id)
+                self._send(live, accepted)
         for engine_id, error in batch.rejected:
             live = self._live.pop(engine_id, None)
             if live is not None:

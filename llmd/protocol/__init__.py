@@ -29,6 +29,7 @@ from llmd.protocol.daemon_messages import (
     ErrorReply,
     Finished,
     HealthReply,
+    Keepalive,
     PrefillProgress,
     StatsReply,
     TokenDelta,
@@ -36,6 +37,7 @@ from llmd.protocol.daemon_messages import (
 from llmd.protocol.errors import (
     DuplicateRequestIdError,
     ProtocolError,
+    RequestExpiredError,
     RequestFailedError,
     error_from_code,
 )
@@ -58,8 +60,10 @@ __all__ = [
     "GenerateRequest",
     "HealthReply",
     "HealthRequest",
+    "Keepalive",
     "PrefillProgress",
     "ProtocolError",
+    "RequestExpiredError",
     "RequestFailedError",
     "ShutdownRequest",
     "StatsReply",

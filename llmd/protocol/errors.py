@@ -26,6 +26,12 @@ class DuplicateRequestIdError(LLMDError):
     code = "duplicate_request_id"
 
 
+class RequestExpiredError(LLMDError):
+    """A generate arrived after its `expires_at`: its client had given up, so it never ran."""
+
+    code = "request_expired"
+
+
 class RequestFailedError(LLMDError):
     """The engine failed while computing this request (other requests were not affected)."""
 
@@ -35,7 +41,7 @@ class RequestFailedError(LLMDError):
 def _error_classes() -> dict[str, type[LLMDError]]:
     classes: dict[str, type[LLMDError]] = {"internal": LLMDError}
     candidates = [getattr(errors, name) for name in dir(errors)]
-    candidates += [ProtocolError, RequestFailedError, DuplicateRequestIdError]
+    candidates += [ProtocolError, RequestFailedError, DuplicateRequestIdError, RequestExpiredError]
     for candidate in candidates:
         if isinstance(candidate, type) and issubclass(candidate, LLMDError):
             classes.setdefault(candidate.code, candidate)

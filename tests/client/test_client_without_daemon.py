@@ -104,8 +104,9 @@ def test_values_msgpack_cannot_carry_are_typed_errors_naming_the_field(kwargs, f
 class FakeDaemon:
     """A ROUTER on a thread that answers with scripted replies and records what it got.
 
-    Health probes are answered; after `finish_after_probes` of them it finishes the last
-    generate request, and with `is_mute` it answers nothing at all after the script.
+    Handshakes are answered and not recorded; health probes are answered; after
+    `finish_after_probes` of them it finishes the last generate request, and with
+    `is_mute` it answers nothing at all after the script.
     """
 
     def __init__(self, address: str, script, finish_after_probes: int | None = None) -> None:
@@ -128,6 +129,10 @@ class FakeDaemon:
                 continue
             peer, payload = self._socket.recv_multipart()
             message = decode_client_message(payload)
+            if isinstance(message, HealthRequest) and message.id.endswith("-hello"):
+                reply = HealthReply(message.id, "ok", True, 1, "fake", self.address, 0.0, 0, "0", 1)
+                self._socket.send_multipart([peer, encode(reply)])  # a new client's handshake
+                continue
             self.received.append(message)
             replies = []
             if self.is_mute:

@@ -11,16 +11,18 @@ import threading
 import pytest
 
 from llmd.client import Client
-from llmd.errors import RequestRejectedError
-from llmd.protocol import ErrorReply
+from llmd.errors import InvalidParameterError, RequestRejectedError
+from llmd.protocol import ErrorReply, pack
 from tests.daemon.harness import RawPeer, inprocess_daemon
+
+MAX_MESSAGE_BYTES = 64 * 1024
 
 
 @pytest.fixture(scope="module")
 def daemon(tiny_model_dir, tmp_path_factory):
     """One in-process daemon for the module."""
     address = f"ipc://{tmp_path_factory.mktemp('refusals') / 'd.sock'}"
-    with inprocess_daemon(tiny_model_dir, address) as served:
+    with inprocess_daemon(tiny_model_dir, address, max_message_bytes=MAX_MESSAGE_BYTES) as served:
         yield served
 
 
@@ -99,3 +101,33 @@ def test_a_slow_prompt_does_not_hold_up_other_requests(daemon, monkeypatch):
         timer.cancel()
         gated.gate.set()
         slow.close()
+
+
+def test_the_client_checks_the_daemons_own_message_limit(daemon):
+    outcome: dict[str, object] = {}
+
+    def generate() -> None:
+        with Client(str(daemon.address), timeout=2) as client:
+            try:
+                client.generate("x" * (2 * MAX_MESSAGE_BYTES))
+            except Exception as error:
+                outcome["error"] = error
+
+    caller = threading.Thread(target=generate, daemon=True)
+    caller.start()
+    caller.join(20)
+    assert not caller.is_alive(), "the client hangs on a request the daemon refused"
+    error = outcome["error"]
+    assert isinstance(error, InvalidParameterError) and error.parameter == "prompt"
+    assert str(MAX_MESSAGE_BYTES) in error.message
+
+
+def test_an_oversize_message_is_refused_under_its_own_id(daemon):
+    peer = RawPeer(str(daemon.address))
+    try:
+        peer.send(pack(_generate_map("big", prompt="x" * (MAX_MESSAGE_BYTES + 10))))
+        reply = peer.receive(timeout=10)
+    finally:
+        peer.close()
+    assert isinstance(reply, ErrorReply)
+    assert (reply.id, reply.code) == ("big", "protocol_error")
