@@ -44,7 +44,7 @@ ENGINE_OPTIONS = [
                  show_default=True, help="Admission order."),
     click.option("--seed", type=int, default=0, show_default=True, help="Engine seed."),
     click.option("--attention-backend", type=click.Choice(ATTENTION_BACKENDS), default="auto",
-                 show_default=True, help="auto: triton on CUDA, torch on CPU."),
+                 show_default=True, help="auto: triton on CUDA, cpu (C++ op) on CPU."),
     click.option("--enforce-eager", is_flag=True, default=False,
                  help="Disable CUDA graphs for decode steps."),
 ]  # fmt: skip

@@ -15,7 +15,7 @@ from llmd.errors import InvalidParameterError, require
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 POLICIES = ("fcfs", "priority")
-ATTENTION_BACKENDS = ("auto", "torch", "triton")
+ATTENTION_BACKENDS = ("auto", "cpu", "torch", "triton")
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ class EngineConfig:
     seed: int = 0
     """Seed of the engine's random state (requests without their own seed use it)."""
     attention_backend: str = "auto"
-    """auto (triton on CUDA, torch on CPU), torch or triton."""
+    """auto (triton on CUDA, cpu on CPU), cpu (C++ op; torch if it cannot be built), torch
+    or triton."""
     enforce_eager: bool = False
     """Disable CUDA graphs for decode steps."""
     skip_tokenizer_init: bool = False

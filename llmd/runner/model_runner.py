@@ -98,6 +98,9 @@ class ModelRunner:
             self.shape.head_dim,
             self.dtype,
             self.device,
+            shapes=self.backend.kv_cache_shapes(
+                self.num_blocks, self.block_size, self.shape.num_kv_heads, self.shape.head_dim
+            ),
         )
         self.sampler = Sampler(config.seed)
         self.graph_runner: DecodeGraphRunner | None = None
