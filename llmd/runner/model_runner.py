@@ -27,7 +27,7 @@ from llmd.runner.cuda_graphs import (
     graph_batch_sizes,
     graphs_disabled_reason,
 )
-from llmd.runner.device import resolve_device, resolve_dtype
+from llmd.runner.device import resolve_device, resolve_dtype, set_num_threads
 from llmd.runner.input_batch import DecodeBuffers, build_decode_batch, build_input_batch
 from llmd.runner.kv_cache import (
     GIB,
@@ -67,6 +67,7 @@ class ModelRunner:
         self.config = config
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
+        self.num_threads = set_num_threads(config.num_threads) if self.device.type == "cpu" else 0
         torch.manual_seed(config.seed)
         self.shape = model_shape(hf_config)
         # The engine's resolved longest context: it sizes the graphs' block tables.
