@@ -19,7 +19,10 @@ ENGINE_OPTIONS = [
     click.option("--tokenizer", default=None, help="Tokenizer directory or hub id "
                  "(default: the model's)."),
     click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
-                 help="Weights/activations dtype (auto: bf16 on CUDA, fp32 on CPU)."),
+                 help="Weights/activations dtype (auto: bf16 on CUDA and on CPUs with "
+                 "AVX512_BF16/AMX, else fp32)."),
+    click.option("--num-threads", type=int, default=None,
+                 help="CPU threads of the forward pass (default: the cores llmd may use)."),
     click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
                  help="Where the model runs (auto: CUDA if visible)."),
     click.option("--block-size", type=int, default=16, show_default=True,
@@ -44,7 +47,7 @@ ENGINE_OPTIONS = [
                  show_default=True, help="Admission order."),
     click.option("--seed", type=int, default=0, show_default=True, help="Engine seed."),
     click.option("--attention-backend", type=click.Choice(ATTENTION_BACKENDS), default="auto",
-                 show_default=True, help="auto: triton on CUDA, torch on CPU."),
+                 show_default=True, help="auto: triton on CUDA, cpu (C++ op) on CPU."),
     click.option("--enforce-eager", is_flag=True, default=False,
                  help="Disable CUDA graphs for decode steps."),
     click.option("--async-scheduling/--no-async-scheduling", default=None,
@@ -53,7 +56,7 @@ ENGINE_OPTIONS = [
 ]  # fmt: skip
 
 ENGINE_KEYS = (
-    "model", "tokenizer", "dtype", "device", "block_size", "kv_cache_memory_gib",
+    "model", "tokenizer", "dtype", "num_threads", "device", "block_size", "kv_cache_memory_gib",
     "gpu_memory_utilization", "num_blocks", "max_model_len", "max_num_seqs",
     "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
     "scheduling_policy", "seed", "attention_backend", "enforce_eager", "async_scheduling",

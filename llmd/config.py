@@ -15,7 +15,7 @@ from llmd.errors import InvalidParameterError, require
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 POLICIES = ("fcfs", "priority")
-ATTENTION_BACKENDS = ("auto", "torch", "triton")
+ATTENTION_BACKENDS = ("auto", "cpu", "torch", "triton")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class EngineConfig:
     tokenizer: str | None = None
     """Tokenizer directory or hub id; None means the model's."""
     dtype: str = "auto"
-    """Weights and activations: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16."""
+    """Weights and activations: auto (bf16 on CUDA and on CPUs with AVX512_BF16 or AMX, fp32
+    on other CPUs), float32, bfloat16, float16."""
     device: str = "auto"
     """auto (cuda when available), cpu or cuda."""
     block_size: int = 16
@@ -54,12 +55,16 @@ class EngineConfig:
     seed: int = 0
     """Seed of the engine's random state (requests without their own seed use it)."""
     attention_backend: str = "auto"
-    """auto (triton on CUDA, torch on CPU), torch or triton."""
+    """auto (triton on CUDA, cpu on CPU), cpu (C++ op; torch if it cannot be built), torch
+    or triton."""
     enforce_eager: bool = False
     """Disable CUDA graphs for decode steps."""
     async_scheduling: bool | None = None
     """Schedule and prepare step N+1 while step N runs (outputs lag one step, no token past
     a stop); None means on for CUDA, off on CPU (where it works too, but gains nothing)."""
+    num_threads: int | None = None
+    """Intra-op threads of the forward pass on CPU, set once at start-up; None: the cores
+    this process may use ($OMP_NUM_THREADS when set)."""
     skip_tokenizer_init: bool = False
     """Load no tokenizer: prompts must be token ids and no text is produced (benchmarks)."""
     trust_remote_code: bool = False
@@ -70,6 +75,8 @@ class EngineConfig:
         require(self.device in DEVICES, "device", f"must be one of {', '.join(DEVICES)}")
         _positive_int("block_size", self.block_size)
         require(self.block_size <= 256, "block_size", "must be <= 256")
+        if self.num_threads is not None:
+            _positive_int("num_threads", self.num_threads)
         require(self.kv_cache_memory_gib > 0, "kv_cache_memory_gib", "must be > 0")
         require(
             0 < self.gpu_memory_utilization <= 1,

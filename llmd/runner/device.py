@@ -6,9 +6,18 @@ status output).
 
 from __future__ import annotations
 
+import logging
+import os
+from pathlib import Path
+
 import torch
 
 from llmd.errors import InvalidParameterError
+
+logger = logging.getLogger(__name__)
+
+NATIVE_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+"""CPU feature flags (Linux /proc/cpuinfo) with bf16 dot-product instructions."""
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -23,9 +32,14 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """auto means bfloat16 on CUDA and float32 on CPU (where half types are slow)."""
+    """auto means bfloat16 on CUDA and on CPUs with native bf16 math, else float32.
+
+    Without AVX512_BF16 or AMX, bf16 matmuls are emulated and slower than fp32.
+    """
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        if device.type == "cuda" or cpu_has_native_bf16():
+            return torch.bfloat16
+        return torch.float32
     if name not in _DTYPES:
         raise InvalidParameterError(f"unknown dtype {name!r}", "dtype")
     return _DTYPES[name]
@@ -41,3 +55,36 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return device.type
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU has AVX512_BF16 or AMX-BF16 (from /proc/cpuinfo, or `cpuinfo`)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[-1].split())
+            return any(flag in flags for flag in NATIVE_BF16_CPU_FLAGS)
+    return False
+
+
+def default_num_threads() -> int:
+    """$OMP_NUM_THREADS when set, else the cores this process may run on."""
+    from_env = os.environ.get("OMP_NUM_THREADS", "")
+    if from_env.isdigit() and int(from_env) > 0:
+        return int(from_env)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def set_num_threads(requested: int | None) -> int:
+    """Set torch's intra-op threads once for the forward pass; return the number used."""
+    num_threads = requested if requested is not None else default_num_threads()
+    if torch.get_num_threads() != num_threads:
+        torch.set_num_threads(num_threads)
+        logger.info("forward pass on %d CPU threads", num_threads)
+    return num_threads

@@ -1,7 +1,8 @@
 """Allocation and sizing of the paged KV cache tensors.
 
-One tensor per layer for K and one for V, `[num_blocks, block_size, num_kv_heads,
-head_dim]`, so a block id indexes the same slot range in every layer.
+One tensor per layer for K and one for V, in the attention backend's layout (token-major
+`[num_blocks, block_size, num_kv_heads, head_dim]` for torch and Triton, per-head blocks
+for the CPU backend), so a block id indexes the same slots in every layer.
 """
 
 from __future__ import annotations
@@ -41,13 +42,18 @@ def allocate_kv_cache(
     head_dim: int,
     dtype: torch.dtype,
     device: torch.device,
+    shapes: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Zero-filled (k_cache, v_cache) per layer, each [num_blocks, block_size, kv_heads, dim]."""
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    """Zero-filled (k_cache, v_cache) per layer, in `shapes` (the backend's
+    `kv_cache_shapes`) or by default [num_blocks, block_size, kv_heads, dim]."""
+    if shapes is None:
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        shapes = (shape, shape)
+    k_shape, v_shape = shapes
     return [
         (
-            torch.zeros(shape, dtype=dtype, device=device),
-            torch.zeros(shape, dtype=dtype, device=device),
+            torch.zeros(k_shape, dtype=dtype, device=device),
+            torch.zeros(v_shape, dtype=dtype, device=device),
         )
         for _ in range(num_layers)
     ]

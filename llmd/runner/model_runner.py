@@ -25,7 +25,7 @@ from llmd.runner.cuda_graphs import (
     graph_batch_sizes,
     graphs_disabled_reason,
 )
-from llmd.runner.device import resolve_device, resolve_dtype
+from llmd.runner.device import resolve_device, resolve_dtype, set_num_threads
 from llmd.runner.input_batch import DecodeBuffers
 from llmd.runner.kv_cache import (
     GIB,
@@ -65,6 +65,7 @@ class ModelRunner:
         self.config = config
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
+        self.num_threads = set_num_threads(config.num_threads) if self.device.type == "cpu" else 0
         torch.manual_seed(config.seed)
         self.shape = model_shape(hf_config)
         # The engine's resolved longest context: it sizes the graphs' block tables.
@@ -96,6 +97,9 @@ class ModelRunner:
             self.shape.head_dim,
             self.dtype,
             self.device,
+            shapes=self.backend.kv_cache_shapes(
+                self.num_blocks, self.block_size, self.shape.num_kv_heads, self.shape.head_dim
+            ),
         )
         self.sampler = Sampler(config.seed)
         self.sampling_state = SamplingState(self.shape.vocab_size, self.device)

@@ -1,0 +1,70 @@
+"""Paged attention on the CPU with llmd's C++ op, reading K/V straight from the blocks.
+
+The torch backend gathers each step's K/V through the block tables before attending,
+which costs more memory traffic than the attention itself; this backend streams every
+block once per kv head, in a cache layout that lets the dot products vectorize.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from llmd.attention.backend import AttentionBackend
+from llmd.attention.cpu_extension import load_paged_attention_op
+from llmd.attention.metadata import AttentionMetadata
+
+
+class CpuAttentionBackend(AttentionBackend):
+    """Stores new K/V and attends decodes and prefill chunks in one C++ call per layer.
+
+    Cache layout (see `kv_cache_shapes`): keys `[num_blocks, num_kv_heads, head_dim,
+    block_size]` so q.K runs across a block's tokens, values `[num_blocks, num_kv_heads,
+    block_size, head_dim]` so p.V runs across head_dim. Building it may compile the op,
+    raising CpuExtensionUnavailableError when that is impossible.
+    """
+
+    name = "cpu"
+
+    def __init__(self) -> None:
+        self._op = load_paged_attention_op()
+
+    def kv_cache_shapes(
+        self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Keys transposed within each block and kv head; values token-major."""
+        return (
+            (num_blocks, num_kv_heads, head_dim, block_size),
+            (num_blocks, num_kv_heads, block_size, head_dim),
+        )
+
+    def forward(
+        self,
+        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+        key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
+        k_cache: torch.Tensor,  # [num_blocks, num_kv_heads, head_dim, block_size]
+        v_cache: torch.Tensor,  # [num_blocks, num_kv_heads, block_size, head_dim]
+        metadata: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
+        """Write key/value into their slots, then attend each query over its context.
+
+        The op computes in float32 whatever the cache dtype; rows past the last
+        sequence's tokens (batch padding) are left uninitialised.
+        """
+        cache_dtype = k_cache.dtype
+        out = torch.empty(query.shape, dtype=torch.float32)  # [num_tokens, heads, head_dim]
+        self._op(
+            out,
+            query.to(torch.float32).contiguous(),
+            key.to(cache_dtype).contiguous(),
+            value.to(cache_dtype).contiguous(),
+            k_cache,
+            v_cache,
+            metadata.slot_mapping,
+            metadata.block_tables,
+            metadata.query_start_loc,
+            metadata.seq_lens,
+            scale,
+        )
+        return out if query.dtype == torch.float32 else out.to(query.dtype)

@@ -1,0 +1,94 @@
+"""Builds and loads the C++ CPU paged-attention op, once per source, compiler flags and CPU.
+
+The op is compiled on first use with torch's cpp_extension (gcc, ninja) for the host's
+instruction set and cached in a per-user directory keyed by a hash of everything that
+shapes the binary, so later processes load it in milliseconds and a changed source or CPU
+can never load a stale build.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+SOURCE_PATH = Path(__file__).parent / "csrc" / "paged_attention.cpp"
+COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp-simd")
+"""-march=native: the host's vector ISA (AVX2, AVX-512); -fopenmp-simd: honour `omp simd`."""
+
+
+class CpuExtensionUnavailableError(RuntimeError):
+    """The C++ op cannot be built or loaded here (no compiler, no ninja, build error)."""
+
+
+def cache_root() -> Path:
+    """Where built extensions live: $LLMD_CACHE_DIR, else $XDG_CACHE_HOME/llmd, else ~/.cache."""
+    if os.environ.get("LLMD_CACHE_DIR"):
+        return Path(os.environ["LLMD_CACHE_DIR"])
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "llmd"
+
+
+def build_key() -> str:
+    """A hash of the source, flags, torch version and the CPU's feature flags."""
+    digest = hashlib.sha256()
+    digest.update(SOURCE_PATH.read_bytes())
+    digest.update(" ".join(COMPILE_FLAGS).encode())
+    digest.update(torch.__version__.encode())
+    digest.update(_cpu_flags().encode())
+    return digest.hexdigest()[:16]
+
+
+def _cpu_flags() -> str:
+    """The CPU's feature flags line (Linux); -march=native builds are only valid for it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return ""
+
+
+@functools.cache
+def load_paged_attention_op():
+    """Return torch.ops.llmd_cpu.paged_attention, building it first if no cached build fits.
+
+    Raises CpuExtensionUnavailableError with the reason when building is impossible.
+    """
+    key = build_key()
+    build_dir = cache_root() / "cpu_attention" / key
+    venv_bin = str(Path(sys.executable).parent)
+    if shutil.which("ninja") is None and shutil.which("ninja", path=venv_bin):
+        os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
+    for tool in ("ninja", os.environ.get("CXX", "c++")):
+        if shutil.which(tool) is None:
+            raise CpuExtensionUnavailableError(f"{tool} not found on PATH")
+    try:
+        from torch.utils.cpp_extension import load
+
+        build_dir.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        load(
+            name=f"llmd_cpu_attention_{key}",
+            sources=[str(SOURCE_PATH)],
+            extra_cflags=list(COMPILE_FLAGS),
+            build_directory=str(build_dir),
+            is_python_module=False,
+            verbose=False,
+        )
+        elapsed = time.perf_counter() - start
+        if elapsed > 1.0:
+            logger.info("built the CPU paged-attention op in %.1f s (%s)", elapsed, build_dir)
+    except Exception as error:  # compiler errors, missing headers, unwritable cache
+        raise CpuExtensionUnavailableError(f"{type(error).__name__}: {error}") from error
+    return torch.ops.llmd_cpu.paged_attention

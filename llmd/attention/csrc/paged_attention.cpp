@@ -1,0 +1,408 @@
+// CPU paged attention over llmd's CPU KV layout, with the K/V store of the step.
+//
+// Layout (per layer): k_cache [num_blocks, num_kv_heads, head_dim, block_size] and
+// v_cache [num_blocks, num_kv_heads, block_size, head_dim]. Keys are stored transposed so
+// that q.K over a block's tokens is a vector FMA across block_size lanes (no horizontal
+// sums); values stay token-major so p.V is a vector FMA across head_dim lanes.
+//
+// One work item is (sequence, kv head, tile of query rows): a decode is a tile of one row.
+// Each item runs an online softmax over its sequence's blocks, read through the block
+// table, for all the query heads that share the kv head (GQA). Items are handed out to
+// at::parallel_for's threads through an atomic counter, longest first.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kTileRows = 8;  // query rows per prefill work item
+
+inline float to_float(float x) { return x; }
+inline float to_float(c10::BFloat16 x) {
+  uint32_t bits = static_cast<uint32_t>(x.x) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+// 8 floats as one generic vector: a ymm register with AVX2 or AVX-512 (-march=native).
+typedef float vec8 __attribute__((vector_size(32)));
+typedef float vec8u __attribute__((vector_size(32), aligned(4)));
+typedef uint16_t half8 __attribute__((vector_size(16), aligned(2)));
+typedef uint32_t word8 __attribute__((vector_size(32)));
+
+inline vec8 load8(const float* p) { return *reinterpret_cast<const vec8u*>(p); }
+inline vec8 load8(const c10::BFloat16* p) {
+  const half8 raw = *reinterpret_cast<const half8*>(p);
+  const word8 bits = __builtin_convertvector(raw, word8) << 16;
+  vec8 out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+inline void store8(float* p, vec8 v) { *reinterpret_cast<vec8u*>(p) = v; }
+
+typedef int32_t int8v __attribute__((vector_size(32)));
+constexpr vec8 kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7};
+
+// exp(x) lane-wise for x <= 0 (Cephes-style range reduction and polynomial, rel. error
+// ~1e-7); inputs below -87 give ~1e-38, never a denormal.
+inline vec8 exp8(vec8 x) {
+  x = x < -87.0f ? vec8{} - 87.0f : x;
+  // Round to nearest by the 1.5 * 2^23 trick.
+  const vec8 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const vec8 r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  vec8 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int8v bits = (__builtin_convertvector(n, int8v) + 127) << 23;
+  vec8 scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+inline float exp_scalar(float x) { return exp8(vec8{} + x)[0]; }
+
+inline float lane_max(vec8 v) {
+  float out = v[0];
+  for (int k = 1; k < 8; ++k) out = std::max(out, v[k]);
+  return out;
+}
+
+inline float lane_sum(vec8 v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+// Online-softmax step over one block's scores[0, num_valid): returns the block's sum of
+// exp(score - new_max) and leaves those probabilities in scores. Reads 8 lanes at a time
+// (within the row's padding); lanes past num_valid are masked by selection, so NaN
+// padding never propagates.
+inline float block_probs(float* __restrict__ scores, int64_t num_valid, float& row_max) {
+  const vec8 minus_inf = vec8{} - std::numeric_limits<float>::infinity();
+  vec8 maxes = minus_inf;
+  for (int64_t t = 0; t < num_valid; t += 8) {
+    const vec8 lane = kLaneIndex + static_cast<float>(t);
+    maxes = lane < static_cast<float>(num_valid) ? (load8(scores + t) > maxes ? load8(scores + t) : maxes) : maxes;
+  }
+  const float new_max = std::max(row_max, lane_max(maxes));
+  vec8 sums = {};
+  for (int64_t t = 0; t < num_valid; t += 8) {
+    const vec8 lane = kLaneIndex + static_cast<float>(t);
+    const vec8 probs = exp8(load8(scores + t) - new_max);
+    const vec8 kept = lane < static_cast<float>(num_valid) ? probs : vec8{};
+    store8(scores + t, kept);
+    sums += kept;
+  }
+  row_max = new_max;
+  return lane_sum(sums);
+}
+
+// Scores rows are padded to whole 8-lane vectors so block_probs never touches a neighbour.
+inline int64_t score_stride(int64_t block_size) { return (block_size + 7) / 8 * 8; }
+
+struct WorkItem {
+  int64_t seq;
+  int64_t kv_head;
+  int64_t row_begin;  // first query row (absolute row of q/out)
+  int64_t num_rows;
+  int64_t first_position;  // context position of row_begin
+  int64_t cost;  // rows x context, for ordering
+};
+
+struct Shapes {
+  int64_t num_heads, num_kv_heads, group_size, head_dim, block_size, max_blocks;
+  int64_t table_stride;  // elements between two sequences' block-table rows
+};
+
+// scores[j, 0:16] = q_j . K[:, t] for NQ queries over one 16-token block of transposed keys
+// [D, 16]: each key row is loaded once for the NQ queries, whose sums stay in registers.
+template <typename T, int64_t D, int64_t NQ>
+inline void block_scores_fixed(const float* __restrict__ q, const T* __restrict__ kb,
+                               float* __restrict__ scores) {
+  vec8 low[NQ] = {}, high[NQ] = {};
+  for (int64_t d = 0; d < D; ++d) {
+    const vec8 k_low = load8(kb + d * 16), k_high = load8(kb + d * 16 + 8);
+    for (int64_t j = 0; j < NQ; ++j) {
+      const float qd = q[j * D + d];
+      low[j] += qd * k_low;
+      high[j] += qd * k_high;
+    }
+  }
+  for (int64_t j = 0; j < NQ; ++j) {
+    store8(scores + j * 16, low[j]);
+    store8(scores + j * 16 + 8, high[j]);
+  }
+}
+
+// scores[i, 0:bs] for queries [0, num_q): fixed-size groups of up to 4 queries when the
+// block size and head dim are compile-time constants, generic loops otherwise.
+template <typename T, int64_t BS, int64_t D>
+inline void block_scores(const float* __restrict__ q, const T* __restrict__ kb,
+                         float* __restrict__ scores, int64_t num_q, int64_t bs,
+                         int64_t head_dim, int64_t stride) {
+  if constexpr (BS == 16 && D > 0) {
+    int64_t i = 0;
+    for (; i + 4 <= num_q; i += 4) block_scores_fixed<T, D, 4>(q + i * D, kb, scores + i * 16);
+    switch (num_q - i) {
+      case 3: return block_scores_fixed<T, D, 3>(q + i * D, kb, scores + i * 16);
+      case 2: return block_scores_fixed<T, D, 2>(q + i * D, kb, scores + i * 16);
+      case 1: return block_scores_fixed<T, D, 1>(q + i * D, kb, scores + i * 16);
+      default: return;
+    }
+  } else {
+    for (int64_t i = 0; i < num_q; ++i) {
+      float* __restrict__ sc = scores + i * stride;
+      for (int64_t t = 0; t < bs; ++t) sc[t] = 0.0f;
+      for (int64_t d = 0; d < head_dim; ++d) {
+        const float qd = q[i * head_dim + d];
+        const T* __restrict__ krow = kb + d * bs;
+#pragma omp simd
+        for (int64_t t = 0; t < bs; ++t) sc[t] += qd * to_float(krow[t]);
+      }
+    }
+  }
+}
+
+// acc[0:head_dim] += sum_t probs[t] * V[t, :] over one block's token-major values.
+template <typename T, int64_t D>
+inline void block_values(const float* __restrict__ probs, const T* __restrict__ vb,
+                         float* __restrict__ acc, int64_t num_valid, int64_t head_dim) {
+  if constexpr (D > 0 && D % 64 == 0) {
+    for (int64_t chunk = 0; chunk < D; chunk += 64) {  // 64 lanes of acc in registers
+      vec8 sums[8];
+      for (int64_t k = 0; k < 8; ++k) sums[k] = load8(acc + chunk + 8 * k);
+      for (int64_t t = 0; t < num_valid; ++t) {
+        const float p = probs[t];
+        const T* __restrict__ vrow = vb + t * D + chunk;
+        for (int64_t k = 0; k < 8; ++k) sums[k] += p * load8(vrow + 8 * k);
+      }
+      for (int64_t k = 0; k < 8; ++k) store8(acc + chunk + 8 * k, sums[k]);
+    }
+  } else {
+    for (int64_t t = 0; t < num_valid; ++t) {
+      const float p = probs[t];
+      const T* __restrict__ vrow = vb + t * head_dim;
+#pragma omp simd
+      for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * to_float(vrow[d]);
+    }
+  }
+}
+
+// Attends one work item: rows x group_size query vectors against the sequence's blocks.
+template <typename T, int64_t BS, int64_t D>
+void attend_item(const WorkItem& item, const Shapes& s, const float* query, float* out,
+                 const T* k_cache, const T* v_cache, const int32_t* block_table,
+                 float scale, float* scratch) {
+  const int64_t head_dim = D > 0 ? D : s.head_dim;
+  const int64_t bs = BS > 0 ? BS : s.block_size;
+  const int64_t num_q = item.num_rows * s.group_size;
+  const int64_t stride = score_stride(bs);
+  // scratch: q [num_q, head_dim], acc [num_q, head_dim], scores [num_q, stride], max, sum.
+  float* q = scratch;
+  float* acc = q + num_q * head_dim;
+  float* scores = acc + num_q * head_dim;
+  float* row_max = scores + num_q * stride;
+  float* row_sum = row_max + num_q;
+  for (int64_t r = 0; r < item.num_rows; ++r) {
+    for (int64_t g = 0; g < s.group_size; ++g) {
+      const int64_t head = item.kv_head * s.group_size + g;
+      const float* src = query + ((item.row_begin + r) * s.num_heads + head) * head_dim;
+      float* dst = q + (r * s.group_size + g) * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) dst[d] = src[d] * scale;
+    }
+  }
+  std::fill(acc, acc + num_q * head_dim, 0.0f);
+  std::fill(row_max, row_max + num_q, -std::numeric_limits<float>::infinity());
+  std::fill(row_sum, row_sum + num_q, 0.0f);
+
+  const int64_t last_position = item.first_position + item.num_rows - 1;
+  const int64_t num_blocks = last_position / bs + 1;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const int64_t block_id = block_table[b];
+    const T* kb = k_cache + (block_id * s.num_kv_heads + item.kv_head) * head_dim * bs;
+    const T* vb = v_cache + (block_id * s.num_kv_heads + item.kv_head) * bs * head_dim;
+    const int64_t block_start = b * bs;
+    // Lanes at or past a row's num_valid (padding, NaN slots) are computed but never read.
+    block_scores<T, BS, D>(q, kb, scores, num_q, bs, head_dim, stride);
+    for (int64_t i = 0; i < num_q; ++i) {
+      const int64_t position = item.first_position + i / s.group_size;
+      const int64_t num_valid = std::min(bs, position + 1 - block_start);
+      if (num_valid <= 0) continue;  // causal: this row sees nothing in this block
+      float* sc = scores + i * stride;
+      const float old_max = row_max[i];
+      const float block_sum = block_probs(sc, num_valid, row_max[i]);
+      float* ai = acc + i * head_dim;
+      if (row_max[i] != old_max) {
+        const float correction = exp_scalar(old_max - row_max[i]);
+        for (int64_t d = 0; d < head_dim; ++d) ai[d] *= correction;
+        row_sum[i] *= correction;
+      }
+      row_sum[i] += block_sum;
+      block_values<T, D>(sc, vb, ai, num_valid, head_dim);
+    }
+  }
+  for (int64_t r = 0; r < item.num_rows; ++r) {
+    for (int64_t g = 0; g < s.group_size; ++g) {
+      const int64_t i = r * s.group_size + g;
+      const int64_t head = item.kv_head * s.group_size + g;
+      float* dst = out + ((item.row_begin + r) * s.num_heads + head) * head_dim;
+      const float inv = 1.0f / row_sum[i];
+      for (int64_t d = 0; d < head_dim; ++d) dst[d] = acc[i * head_dim + d] * inv;
+    }
+  }
+}
+
+template <typename T>
+void store_kv(const at::Tensor& key, const at::Tensor& value, const at::Tensor& k_cache,
+              const at::Tensor& v_cache, const at::Tensor& slot_mapping, const Shapes& s) {
+  const T* k_src = key.data_ptr<T>();
+  const T* v_src = value.data_ptr<T>();
+  T* k_dst = k_cache.data_ptr<T>();
+  T* v_dst = v_cache.data_ptr<T>();
+  const int64_t* slots = slot_mapping.data_ptr<int64_t>();
+  const int64_t kv_size = s.num_kv_heads * s.head_dim;
+  const int64_t num_slots = k_cache.size(0) * s.block_size;
+  for (int64_t token = 0; token < slot_mapping.size(0); ++token) {
+    const int64_t slot = slots[token];
+    if (slot < 0) continue;  // a padding token: nothing to store
+    TORCH_CHECK(slot < num_slots, "slot ", slot, " is outside the cache");
+    const int64_t block_id = slot / s.block_size, offset = slot % s.block_size;
+    for (int64_t h = 0; h < s.num_kv_heads; ++h) {
+      const int64_t base = (block_id * s.num_kv_heads + h) * s.head_dim * s.block_size;
+      const T* k_row = k_src + token * kv_size + h * s.head_dim;
+      const T* v_row = v_src + token * kv_size + h * s.head_dim;
+      for (int64_t d = 0; d < s.head_dim; ++d) {
+        k_dst[base + d * s.block_size + offset] = k_row[d];
+        v_dst[base + offset * s.head_dim + d] = v_row[d];
+      }
+    }
+  }
+}
+
+template <typename T, int64_t BS, int64_t D>
+void run_items(const std::vector<WorkItem>& items, const Shapes& s, const float* query,
+               float* out, const T* k_cache, const T* v_cache, const int32_t* block_tables,
+               float scale) {
+  std::atomic<int64_t> next{0};
+  const int64_t num_items = static_cast<int64_t>(items.size());
+  const int64_t max_q = kTileRows * s.group_size;
+  const int64_t scratch_floats = max_q * (2 * s.head_dim + score_stride(s.block_size) + 2);
+  at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(scratch_floats);
+    for (int64_t worker = begin; worker < end; ++worker) {
+      for (int64_t k = next.fetch_add(1); k < num_items; k = next.fetch_add(1)) {
+        const WorkItem& item = items[k];
+        attend_item<T, BS, D>(item, s, query, out, k_cache, v_cache,
+                          block_tables + item.seq * s.table_stride, scale, scratch.data());
+      }
+    }
+  });
+}
+
+// Specialised loops for the common block size and head dims; any other shape runs the
+// generic (runtime-sized) loops.
+template <typename T>
+void dispatch_shapes(const std::vector<WorkItem>& items, const Shapes& s, const float* query,
+                     float* out, const T* k_cache, const T* v_cache,
+                     const int32_t* block_tables, float scale) {
+#define LLMD_RUN(BS, D) \
+  return run_items<T, BS, D>(items, s, query, out, k_cache, v_cache, block_tables, scale)
+  if (s.block_size == 16 && s.head_dim == 64) LLMD_RUN(16, 64);
+  if (s.block_size == 16 && s.head_dim == 128) LLMD_RUN(16, 128);
+  LLMD_RUN(0, 0);
+#undef LLMD_RUN
+}
+
+// out[num_tokens, num_heads, head_dim] (fp32) = attention of query (fp32) after storing
+// key/value (cache dtype) at slot_mapping. Host int tensors describe the sequences.
+void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tensor value,
+                     at::Tensor k_cache, at::Tensor v_cache, at::Tensor slot_mapping,
+                     at::Tensor block_tables, at::Tensor query_start_loc, at::Tensor seq_lens,
+                     double scale) {
+  TORCH_CHECK(query.scalar_type() == at::kFloat && out.scalar_type() == at::kFloat,
+              "query and out must be float32");
+  TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type() &&
+                  key.scalar_type() == k_cache.scalar_type() &&
+                  value.scalar_type() == k_cache.scalar_type(),
+              "key, value and both caches must share one dtype");
+  TORCH_CHECK(query.is_contiguous() && out.is_contiguous() && key.is_contiguous() &&
+                  value.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous() &&
+                  slot_mapping.is_contiguous() && seq_lens.is_contiguous() &&
+                  query_start_loc.is_contiguous() && block_tables.stride(1) == 1,
+              "tensors must be contiguous (block_tables: rows of contiguous ids)");
+  TORCH_CHECK(block_tables.scalar_type() == at::kInt && seq_lens.scalar_type() == at::kInt &&
+                  query_start_loc.scalar_type() == at::kInt &&
+                  slot_mapping.scalar_type() == at::kLong,
+              "index tensors: int32 block_tables/seq_lens/query_start_loc, int64 slots");
+  Shapes s;
+  s.num_heads = query.size(1);
+  s.num_kv_heads = k_cache.size(1);
+  s.head_dim = k_cache.size(2);
+  s.block_size = k_cache.size(3);
+  s.group_size = s.num_heads / s.num_kv_heads;
+  s.max_blocks = block_tables.size(1);
+  s.table_stride = block_tables.stride(0);
+  TORCH_CHECK(query_start_loc.size(0) == seq_lens.size(0) + 1 &&
+                  block_tables.size(0) >= seq_lens.size(0),
+              "need num_seqs + 1 query starts and a block-table row per sequence");
+  TORCH_CHECK(s.num_heads % s.num_kv_heads == 0, "num_heads must be a multiple of kv heads");
+  TORCH_CHECK(query.size(2) == s.head_dim && v_cache.size(2) == s.block_size &&
+                  v_cache.size(3) == s.head_dim,
+              "cache shapes do not match the CPU layout");
+
+  if (k_cache.scalar_type() == at::kFloat) {
+    store_kv<float>(key, value, k_cache, v_cache, slot_mapping, s);
+  } else {
+    TORCH_CHECK(k_cache.scalar_type() == at::kBFloat16, "cache dtype must be fp32 or bf16");
+    store_kv<c10::BFloat16>(key, value, k_cache, v_cache, slot_mapping, s);
+  }
+
+  const int32_t* starts = query_start_loc.data_ptr<int32_t>();
+  const int32_t* lens = seq_lens.data_ptr<int32_t>();
+  std::vector<WorkItem> items;
+  for (int64_t seq = 0; seq < seq_lens.size(0); ++seq) {
+    const int64_t query_len = starts[seq + 1] - starts[seq];
+    const int64_t seq_len = lens[seq];
+    TORCH_CHECK(query_len >= 0 && query_len <= seq_len && seq_len <= s.max_blocks * s.block_size &&
+                    starts[seq + 1] <= query.size(0),
+                "bad query/context length for sequence ", seq);
+    for (int64_t r = 0; r < query_len; r += kTileRows) {
+      const int64_t rows = std::min(kTileRows, query_len - r);
+      const int64_t position = seq_len - query_len + r;
+      for (int64_t h = 0; h < s.num_kv_heads; ++h) {
+        items.push_back({seq, h, starts[seq] + r, rows, position, rows * (position + rows)});
+      }
+    }
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
+  const float* q = query.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const int32_t* tables = block_tables.data_ptr<int32_t>();
+  if (k_cache.scalar_type() == at::kFloat) {
+    dispatch_shapes<float>(items, s, q, o, k_cache.data_ptr<float>(),
+                             v_cache.data_ptr<float>(), tables, static_cast<float>(scale));
+  } else {
+    dispatch_shapes<c10::BFloat16>(items, s, q, o, k_cache.data_ptr<c10::BFloat16>(),
+                                     v_cache.data_ptr<c10::BFloat16>(), tables,
+                                     static_cast<float>(scale));
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY(llmd_cpu, m) {
+  m.def("paged_attention(Tensor(a!) out, Tensor query, Tensor key, Tensor value, "
+        "Tensor(b!) k_cache, Tensor(c!) v_cache, Tensor slot_mapping, Tensor block_tables, "
+        "Tensor query_start_loc, Tensor seq_lens, float scale) -> ()");
+  m.impl("paged_attention", c10::DispatchKey::CPU, &paged_attention);
+}

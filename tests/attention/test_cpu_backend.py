@@ -1,0 +1,135 @@
+"""The C++ CPU paged-attention backend against the naive per-token reference.
+
+Cases are built in the reference's token-major layout with NaN in every slot no context
+uses, then converted to the CPU layout, so reading a wrong block, a padded slot past a
+context or a masked position shows up as a mismatch or a NaN.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from llmd.attention.backend import create_attention_backend
+from llmd.attention.cpu_backend import CpuAttentionBackend
+from llmd.attention.reference import build_metadata, naive_paged_attention
+
+# (query_lens, seq_lens, num_decode_seqs): decodes first, then prefill chunks. Chunks
+# longer than the op's 8-row tiles, over cached prefixes and whole prompts.
+BATCHES = {
+    "decodes": ([1, 1, 1, 1, 1, 1], [1, 4, 5, 16, 17, 40], 6),
+    "prefills": ([19, 7, 1, 9], [19, 30, 9, 9], 0),
+    "mixed": ([1, 1, 1, 12, 3, 8, 1], [1, 23, 12, 12, 20, 33, 6], 3),
+}
+
+
+@pytest.fixture(scope="module")
+def backend():
+    """One backend per module: the op is built (or loaded from the cache) once."""
+    return CpuAttentionBackend()
+
+
+def to_cpu_layout(k_cache, v_cache):
+    """Token-major [blocks, block_size, kv_heads, dim] caches in the CPU backend's layout."""
+    return k_cache.permute(0, 2, 3, 1).contiguous(), v_cache.permute(0, 2, 1, 3).contiguous()
+
+
+def make_case(batch, block_size, num_heads, num_kv_heads, head_dim, dtype):
+    """Metadata, strided q/k/v and NaN token-major caches holding every cached prefix."""
+    query_lens, seq_lens, num_decode_seqs = BATCHES[batch]
+    generator = torch.Generator().manual_seed(block_size * 100 + head_dim)
+    num_blocks = sum(-(-n // block_size) for n in seq_lens) + 3  # spare blocks stay NaN
+    metadata, block_ids_per_seq = build_metadata(
+        query_lens, seq_lens, block_size, num_blocks, generator=generator,
+        num_decode_seqs=num_decode_seqs,
+    )  # fmt: skip
+    qkv = torch.randn(sum(query_lens), num_heads + 2 * num_kv_heads, head_dim, generator=generator)
+    qkv = qkv.to(dtype)
+    query = qkv[:, :num_heads]
+    key = qkv[:, num_heads : num_heads + num_kv_heads]
+    value = qkv[:, num_heads + num_kv_heads :]
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    k_cache = torch.full(shape, float("nan"), dtype=dtype)
+    v_cache = torch.full(shape, float("nan"), dtype=dtype)
+    cached_slots = [
+        block_ids[position // block_size] * block_size + position % block_size
+        for query_len, seq_len, block_ids in zip(query_lens, seq_lens, block_ids_per_seq)
+        for position in range(seq_len - query_len)
+    ]
+    for cache in (k_cache, v_cache):
+        values = torch.randn(len(cached_slots), num_kv_heads, head_dim, generator=generator)
+        cache.view(-1, num_kv_heads, head_dim)[cached_slots] = values.to(dtype)
+    return metadata, query, key, value, k_cache, v_cache
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("block_size", "num_heads", "num_kv_heads", "head_dim"),
+    [(16, 9, 3, 64), (4, 4, 4, 16), (1, 8, 2, 16), (7, 6, 2, 128), (32, 4, 1, 24)],
+)
+@pytest.mark.parametrize("batch", list(BATCHES))
+def test_matches_reference(backend, batch, block_size, num_heads, num_kv_heads, head_dim, dtype):
+    metadata, query, key, value, k_cache, v_cache = make_case(
+        batch, block_size, num_heads, num_kv_heads, head_dim, dtype
+    )
+    k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
+    scale = head_dim**-0.5
+
+    out = backend.forward(query, key, value, k_cpu, v_cpu, metadata, scale)
+
+    # The store wrote exactly this step's slots: the reference's caches after the same store.
+    for cache, new in ((k_cache, key), (v_cache, value)):
+        cache.view(-1, num_kv_heads, head_dim).index_copy_(0, metadata.slot_mapping, new)
+    expected_k, expected_v = to_cpu_layout(k_cache, v_cache)
+    torch.testing.assert_close(k_cpu, expected_k, atol=0, rtol=0, equal_nan=True)
+    torch.testing.assert_close(v_cpu, expected_v, atol=0, rtol=0, equal_nan=True)
+
+    assert out.shape == query.shape and out.dtype == dtype
+    assert not out.isnan().any()
+    expected = naive_paged_attention(
+        query.float(), k_cache.float(), v_cache.float(), metadata, scale
+    )
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2  # bf16: the output's own rounding
+    torch.testing.assert_close(out.float(), expected, atol=tolerance, rtol=tolerance)
+
+
+def test_threads_share_uneven_work(backend):
+    """Two threads over long and short sequences give the single-thread result exactly."""
+    metadata, query, key, value, k_cache, v_cache = make_case("mixed", 16, 9, 3, 64, torch.float32)
+    k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
+    single = backend.forward(query, key, value, k_cpu.clone(), v_cpu.clone(), metadata, 0.125)
+    num_threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        threaded = backend.forward(query, key, value, k_cpu, v_cpu, metadata, 0.125)
+    finally:
+        torch.set_num_threads(num_threads)
+    torch.testing.assert_close(threaded, single, atol=0, rtol=0)
+
+
+def test_slot_outside_cache_is_rejected(backend):
+    metadata, query, key, value, k_cache, v_cache = make_case("decodes", 4, 4, 4, 16, torch.float32)
+    k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
+    metadata.slot_mapping[0] = k_cache.shape[0] * 4  # one past the last slot
+    with pytest.raises(RuntimeError, match="outside the cache"):
+        backend.forward(query, key, value, k_cpu, v_cpu, metadata, 0.25)
+
+
+def test_auto_picks_cpu_backend_on_cpu():
+    assert create_attention_backend("auto", torch.device("cpu")).name == "cpu"
+
+
+def test_build_failure_falls_back_to_torch_with_one_warning(monkeypatch, caplog):
+    from llmd.attention import cpu_extension
+
+    monkeypatch.setenv("CXX", "no-such-compiler-llmd")
+    monkeypatch.setattr(
+        cpu_extension, "load_paged_attention_op", cpu_extension.load_paged_attention_op.__wrapped__
+    )
+    monkeypatch.setattr("llmd.attention.cpu_backend.load_paged_attention_op",
+                        cpu_extension.load_paged_attention_op)  # fmt: skip
+    with caplog.at_level("WARNING"):
+        backend = create_attention_backend("cpu", torch.device("cpu"))
+    assert backend.name == "torch"
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "no-such-compiler-llmd not found" in warnings[0].getMessage()
