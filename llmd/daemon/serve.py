@@ -81,6 +81,8 @@ def run_serve(options: ServeOptions) -> None:
     try:
         check_can_listen(address)
         http_server = make_http_server(options, address)  # binds now: a busy port fails fast
+        if http_server is not None:
+            http_server.start()  # its own process, so it never competes for the engine's GIL
         from llmd.daemon.server import Daemon
         from llmd.llm_engine import LLMEngine
 
@@ -89,7 +91,7 @@ def run_serve(options: ServeOptions) -> None:
         daemon.bind()
         _drain_on_signals(daemon)
         if http_server is not None:
-            http_server.start()
+            http_server.wait_ready()
         print(f"llmd daemon serving at {address}", file=sys.stderr, flush=True)
         if http_server is not None:
             print(f"OpenAI-compatible API at {http_server.url}/v1", file=sys.stderr, flush=True)
@@ -114,6 +116,8 @@ def make_http_server(options: ServeOptions, address: Address) -> Any:
         allow_remote=options.allow_remote,
         api_key=options.api_key or os.environ.get("LLMD_API_KEY") or None,
         max_body_bytes=options.max_message_bytes,
+        graceful_shutdown_s=options.drain_timeout_s + 5,  # in-flight streams outlive a drain
+        log_level=options.log_level,
     )
 
 

@@ -1,28 +1,39 @@
-"""Runs the HTTP app with uvicorn on its own thread and event loop inside `llmd serve`.
+"""`llmd serve`'s side of the HTTP front end: bind the port, run and stop the HTTP process.
 
-The port is bound before the model loads, so a busy port fails in a second; the thread
-talks to the daemon over the daemon's own address, as any ZeroMQ client does.
+The port is bound (and listening) before the model loads, so a busy port fails in a
+second and early clients wait in the backlog; the HTTP process (llmd.http.worker) talks
+to the daemon over the daemon's own address, as any ZeroMQ client does.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
+import os
+import select
 import socket
-import threading
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-import uvicorn
-
-from llmd.errors import InvalidParameterError
-from llmd.http.app import create_app
-from llmd.http.context import HttpContext
+import llmd
+from llmd.errors import InvalidParameterError, LLMDError
+from llmd.http.worker import API_KEY_ENV
 
 logger = logging.getLogger(__name__)
 
 GRACEFUL_SHUTDOWN_S = 5.0
 """On stop, how long open connections may take to finish their last response."""
+READY_TIMEOUT_S = 60.0
 LOOPBACK_NAMES = ("localhost",)
+LISTEN_BACKLOG = 2048
+
+
+class HttpStartError(LLMDError):
+    """The HTTP server process exited or did not come up."""
+
+    code = "http_start_failed"
 
 
 def is_loopback(host: str) -> bool:
@@ -36,7 +47,7 @@ def is_loopback(host: str) -> bool:
 
 
 class HttpServer:
-    """The OpenAI-compatible HTTP front end of one daemon."""
+    """The OpenAI-compatible HTTP front end of one daemon (a child process)."""
 
     def __init__(
         self,
@@ -47,6 +58,8 @@ class HttpServer:
         allow_remote: bool = False,
         api_key: str | None = None,
         max_body_bytes: int = 8 * 1024 * 1024,
+        graceful_shutdown_s: float = GRACEFUL_SHUTDOWN_S,
+        log_level: str = "info",
     ) -> None:
         if not is_loopback(host) and not allow_remote:
             raise InvalidParameterError(
@@ -56,10 +69,14 @@ class HttpServer:
             )
         self.host = host
         self.port = port
-        self.context = HttpContext(daemon_address, api_key, max_body_bytes)
+        self.daemon_address = daemon_address
+        self.api_key = api_key
+        self.max_body_bytes = max_body_bytes
+        self.graceful_shutdown_s = graceful_shutdown_s
+        self.log_level = log_level
         self._socket = _bind(host, port)
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._process: subprocess.Popen | None = None
+        self._ready_fd: int | None = None
 
     @property
     def url(self) -> str:
@@ -68,50 +85,85 @@ class HttpServer:
         return f"http://{host}:{self.port}"
 
     def start(self) -> None:
-        """Serve on a new thread (the daemon need not be listening yet)."""
-        config = uvicorn.Config(
-            create_app(self.context),
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-            lifespan="on",
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._run, name="llmd-http", daemon=True)
-        self._thread.start()
-        logger.info("OpenAI-compatible HTTP API on %s", self.url)
-
-    def stop(self, timeout_s: float = GRACEFUL_SHUTDOWN_S + 5) -> None:
-        """Finish open responses (briefly), then close; safe if never started."""
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-        self._socket.close()
-
-    def _run(self) -> None:
-        assert self._server is not None  # set by start()
+        """Start the HTTP process on the bound socket (the daemon need not listen yet)."""
+        ready_read, ready_write = os.pipe()
+        env = dict(os.environ)
+        env.pop(API_KEY_ENV, None)
+        if self.api_key is not None:
+            env[API_KEY_ENV] = self.api_key
+        package_root = str(Path(llmd.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        command = [
+            sys.executable, "-m", "llmd.http",
+            "--fd", str(self._socket.fileno()),
+            "--ready-fd", str(ready_write),
+            "--daemon-address", self.daemon_address,
+            "--max-body-bytes", str(self.max_body_bytes),
+            "--graceful-shutdown-s", str(self.graceful_shutdown_s),
+            "--log-level", self.log_level,
+        ]  # fmt: skip
         try:
-            asyncio.run(self._server.serve(sockets=[self._socket]))
-        except BaseException:  # the daemon keeps serving ZeroMQ clients
-            logger.exception("the HTTP server stopped")
+            self._process = subprocess.Popen(
+                command,
+                pass_fds=(self._socket.fileno(), ready_write),
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # a terminal's Ctrl-C goes to the daemon, which drains
+            )
+        finally:
+            os.close(ready_write)
+        self._ready_fd = ready_read
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Block until the HTTP process serves; raise HttpStartError if it died or hung."""
+        assert self._process is not None and self._ready_fd is not None  # start() first
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                readable, _, _ = select.select([self._ready_fd], [], [], 0.1)
+                if readable and os.read(self._ready_fd, 1) == b"1":
+                    logger.info("OpenAI-compatible HTTP API on %s", self.url)
+                    return
+                if self._process.poll() is not None:
+                    raise HttpStartError(
+                        f"the HTTP server process exited with code {self._process.returncode}"
+                    )
+            raise HttpStartError(f"the HTTP server was not ready after {timeout_s:.0f}s")
+        finally:
+            os.close(self._ready_fd)
+            self._ready_fd = None
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Let open responses finish (up to the graceful limit), then end the process."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout_s or self.graceful_shutdown_s + 5)
+            except subprocess.TimeoutExpired:
+                logger.warning("the HTTP server did not stop in time; killing it")
+                self._process.kill()
+                self._process.wait()
+        if self._ready_fd is not None:
+            os.close(self._ready_fd)
+            self._ready_fd = None
+        self._socket.close()
 
 
 def _bind(host: str, port: int) -> socket.socket:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto)
     except OSError as error:
         raise InvalidParameterError(
             f"cannot resolve HTTP host {host}: {error}", "http_host"
         ) from None
+    sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)  # clients that come early wait until the server is up
     except OSError as error:
         sock.close()
         raise InvalidParameterError(
             f"cannot listen for HTTP on {host}:{port}: {error.strerror}", "http_port"
         ) from None
-    sock.set_inheritable(False)
     return sock

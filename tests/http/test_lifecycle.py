@@ -9,6 +9,7 @@ import contextlib
 import subprocess
 import sys
 import threading
+import time
 
 import httpx
 import openai
@@ -24,6 +25,7 @@ LONG = {"prompt": "long", "max_tokens": 240, "ignore_eos": True, "stream": True}
 def _http_in_front_of(address: str):
     server = HttpServer("127.0.0.1", free_tcp_port(), address)
     server.start()
+    server.wait_ready()
     try:
         yield server.url
     finally:
@@ -36,6 +38,7 @@ def test_overload_is_429_with_retry_after_and_drain_is_503(tiny_model_dir, tmp_p
         inprocess_daemon(tiny_model_dir, address, max_queued_requests=1) as daemon,
         _http_in_front_of(address) as url,
     ):
+        _slow_down(daemon.engine, step_s=0.01)  # the long request outlasts the checks below
         with httpx.stream("POST", f"{url}/v1/completions", json=LONG, timeout=60) as running:
             lines = running.iter_lines()
             assert next(lines).startswith("data: {")  # the one allowed request is running
@@ -49,13 +52,23 @@ def test_overload_is_429_with_retry_after_and_drain_is_503(tiny_model_dir, tmp_p
 
             daemon.request_drain(timeout_s=60)
             health = httpx.get(f"{url}/health", timeout=10)
-            assert health.status_code == 503 and health.json()["status"] == "draining"
+            assert health.status_code == 503 and health.json()["status"] == "draining", health.text
             late = httpx.post(f"{url}/v1/completions", json={"prompt": "x"}, timeout=10)
             assert late.status_code == 503 and late.json()["error"]["code"] == "shutting_down"
             assert "retry-after" in late.headers
             rest = [line for line in lines if line]  # the in-flight stream still finishes
         assert rest[-1] == "data: [DONE]"
         assert '"finish_reason":"length"' in rest[-2]
+
+
+def _slow_down(engine, step_s: float) -> None:
+    step = engine.step
+
+    def slow_step():
+        time.sleep(step_s)
+        return step()
+
+    engine.step = slow_step
 
 
 def test_engine_death_is_a_500_and_unhealthy(tiny_model_dir, tmp_path):

@@ -128,6 +128,7 @@ def keyed_url(served_http):
     """A second HTTP front end on the same daemon, requiring an API key."""
     server = HttpServer("127.0.0.1", free_tcp_port(), served_http.address, api_key="s3cret")
     server.start()
+    server.wait_ready()
     try:
         yield server.url
     finally:
