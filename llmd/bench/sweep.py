@@ -35,6 +35,8 @@ from llmd.errors import InvalidParameterError
 PNG_NAME = "sweep.png"
 SUMMARY_NAME = "sweep.json"
 NUM_WARMUP_REQUESTS = 2
+WARMUP_SEED_OFFSET = 1_000_003
+"""Warm-up prompts come from a seed no measured point uses."""
 
 
 @dataclass(frozen=True)
@@ -109,11 +111,17 @@ def run_sweep(options: SweepOptions, echo: Callable[[str], None] = print) -> lis
                 warmup = dataclasses.replace(
                     options.workload, address=address, num_prompts=NUM_WARMUP_REQUESTS,
                     request_rate=float("inf"), show_progress=False, slo=None,
+                    seed=options.workload.seed + WARMUP_SEED_OFFSET,
                 )  # fmt: skip
                 asyncio.run(run_serve_async(warmup))
-                for rate in options.request_rates:
+                for index, rate in enumerate(options.request_rates):
+                    # Each rate draws new prompts (the same ones for every setting): reusing
+                    # a seed would let a point hit the prefix cache its predecessor filled.
                     workload = dataclasses.replace(
-                        options.workload, address=address, request_rate=rate
+                        options.workload,
+                        address=address,
+                        request_rate=rate,
+                        seed=options.workload.seed + index,
                     )
                     result = asyncio.run(run_serve_async(workload))
                     save_point(folder, result, budget, seqs)

@@ -17,7 +17,7 @@ def test_sweep_starts_a_daemon_per_budget_and_saves_every_point(tiny_model_dir, 
     folder = tmp_path / "sweep"
     completed = run_cli(
         ["bench", "sweep", "--model", str(tiny_model_dir),
-         "--max-num-batched-tokens", "16,64", "--request-rates", "inf",
+         "--max-num-batched-tokens", "16,64", "--request-rates", "inf,100",
          "--output-dir", str(folder), "--num-prompts", "4", "--input-len", "24",
          "--output-len", "3", "--slo", "ttft=60000",
          *(f"--serve-arg={arg}" for arg in ENGINE_ARGS)],
@@ -25,13 +25,15 @@ def test_sweep_starts_a_daemon_per_budget_and_saves_every_point(tiny_model_dir, 
         timeout=240,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert sorted(p.name for p in (folder / "points").iterdir()) == [
-        "budget16_rateinf.json", "budget64_rateinf.json"
-    ]  # fmt: skip
-    for name in ("budget16_rateinf.json", "budget64_rateinf.json"):
+    names = sorted(p.name for p in (folder / "points").iterdir())
+    assert names == [f"budget{b}_rate{r}.json" for b in (16, 64) for r in ("100.0", "inf")]
+    for name in names:
         point = json.loads((folder / "points" / name).read_text())
         assert point["num_completed"] == 4
         budget = point["sweep"]["max_num_batched_tokens"]
         assert point["daemon"]["config"]["max_num_batched_tokens"] == budget  # its own daemon
+        # Every rate draws its own prompts, so no point is served from its predecessor's
+        # prefix cache (24-token prompts fill one 16-token block).
+        assert point["daemon"]["prefix_hit_rate"] == 0.0
     assert "best: budget" in completed.stdout
     assert "p99 TTFT" in finish_sweep(folder)  # re-plotted from the folder alone
