@@ -146,5 +146,6 @@ class AsyncStepper:
             sample_s=output.sample_s,
             total_s=time.monotonic() - started,
             kv_context_tokens=step.kv_context_tokens,
+            device_gap_s=output.device_gap_s,
         )
 

@@ -236,6 +236,7 @@ class LLMEngine:
             sample_s=output.sample_s,
             total_s=finished_at - started,
             kv_context_tokens=kv_context_tokens,
+            device_gap_s=output.device_gap_s,
         )
         if not self.scheduler.has_unfinished_requests:
             self.scheduler.check_integrity()  # idle point: the pool must be whole

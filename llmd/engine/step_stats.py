@@ -29,6 +29,10 @@ class StepStats:
     total_s: float
     kv_context_tokens: int = 0
     """Context tokens whose K/V were read by attention this step (bandwidth accounting)."""
+    device_gap_s: float | None = None
+    """Device idle time from the previous step's end to this step's start, from CUDA
+    events (None on CPU): the host gap the device really saw, measured the same way with
+    async scheduling on or off (the daemon's idle_gap, between step calls, is host time)."""
 
     @property
     def num_tokens(self) -> int:
