@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from llmd.engine.scheduler import SchedulerStallError
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.engine.step_stats import StepStats
 from llmd.llm_engine import RequestUpdate, StepResult
@@ -53,7 +54,12 @@ class AsyncStepper:
         engine = self.engine
         scheduler = engine.scheduler
         started = time.monotonic()
-        plan = scheduler.schedule()
+        try:
+            plan = scheduler.schedule()
+        except SchedulerStallError as error:  # never step empty plans forever: fail the head
+            logger.error("scheduler stalled: %s", error)
+            update = engine._fail_request(error.request_id, error)
+            return StepResult([update] if update is not None else [], None)
         scheduled = time.monotonic()
         launched = None
         updates: list[RequestUpdate] = []
@@ -85,9 +91,10 @@ class AsyncStepper:
             self.in_flight = InFlightStep(plan, launched, pending_ids, kv_context_tokens)
         elif previous is None and not updates:
             return StepResult([], None)
+        integrity_error = None
         if not scheduler.has_unfinished_requests and self.in_flight is None:
-            scheduler.check_integrity()  # idle point: the pool must be whole
-        return StepResult(updates, stats)
+            integrity_error = engine._check_pool_at_idle()  # idle point: the pool must be whole
+        return StepResult(updates, stats, integrity_error)
 
     def _apply(self, step: InFlightStep, output: Any) -> list[RequestUpdate]:
         """Apply a step's samples; one update per request that got a token or ended."""
@@ -146,5 +153,7 @@ class AsyncStepper:
             sample_s=output.sample_s,
             total_s=time.monotonic() - started,
             kv_context_tokens=step.kv_context_tokens,
+            num_sampling_seqs=sum(1 for chunk in plan.chunks if chunk.is_sampling),
+            device_gap_s=output.device_gap_s,
         )
 

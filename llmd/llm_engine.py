@@ -246,6 +246,7 @@ class LLMEngine:
             total_s=finished_at - started,
             kv_context_tokens=kv_context_tokens,
             num_sampling_seqs=sum(1 for chunk in plan.chunks if chunk.is_sampling),
+            device_gap_s=output.device_gap_s,
         )
         integrity_error = None
         if not self.scheduler.has_unfinished_requests:

@@ -126,6 +126,7 @@ def run_llmd(path: Path, workload, engine_options: dict, info: dict | None = Non
             num_kv_blocks=runner.num_blocks,
             num_cuda_graphs=len(runner.graph_batch_sizes) if graph_runner else 0,
             num_graph_replays=graph_runner.num_replays if graph_runner else 0,
+            async_scheduling=engine.async_scheduling,
         )
     del engine
     gc.collect()
@@ -217,6 +218,10 @@ def main() -> None:
     parser.add_argument("--attention-backend", choices=["auto", "torch", "triton"], default="auto")
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in llmd")
     parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument(
+        "--async-scheduling", choices=["auto", "on", "off"], default="auto",
+        help="llmd's async scheduling (auto: on for CUDA, off on CPU)",
+    )  # fmt: skip
     parser.add_argument("--gpu-memory-utilization", type=float, default=None)
     parser.add_argument(
         "--warmup-requests",
@@ -249,6 +254,7 @@ def main() -> None:
             "dtype": args.dtype,
             "attention_backend": args.attention_backend,
             "enforce_eager": args.enforce_eager,
+            "async_scheduling": {"auto": None, "on": True, "off": False}[args.async_scheduling],
         }
         if args.max_model_len is not None:
             engine_options["max_model_len"] = args.max_model_len

@@ -6,30 +6,34 @@
 # Stages (each with its own timeout; a failure is recorded in the report, never fatal):
 #   env            versions, GPU name (nvidia-smi); stops early if the machine cannot run it
 #   kernel_tests   pytest -m cuda tests/kernels tests/attention
-#   engine_tests   pytest -m cuda tests/runner tests/layers tests/integration
-#                  (CUDA graphs vs eager vs HF greedy tokens, KV profiling, torch backend)
-#   e2e_*          scripts/bench_offline.py on a random Qwen3-0.6B-shaped bf16 checkpoint:
-#                  llmd Triton + CUDA graphs, llmd torch backend, HF transformers
 #   bench_kernels  scripts/bench_kernels.py --json (GB/s and % of copy bandwidth)
+#   engine_tests   pytest -m cuda tests/runner tests/layers tests/integration
+#                  (CUDA graphs vs eager vs HF greedy tokens, async vs sync scheduling,
+#                  KV profiling, torch backend)
+#   e2e_*          scripts/bench_offline.py on a random Qwen3-0.6B-shaped bf16 checkpoint:
+#                  llmd Triton + CUDA graphs with async scheduling off and on, HF
+#                  transformers (GPU_CHECK_TORCH_BACKEND=1 adds the eager torch backend)
+#   host_gap       scripts/bench_host_gap.py: device idle between decode steps at batch 64,
+#                  async scheduling off and on (CUDA events)
 # Then $OUT_DIR/gpu-report.md and gpu-report.json (scripts/make_gpu_report.py).
 #
 # It installs nothing. It needs an NVIDIA GPU, nvidia-smi, and a Python (PYTHON, else
 # .venv/bin/python, else python3) with a CUDA build of torch, triton, transformers,
 # safetensors, tokenizers and pytest: `pip install -e '.[test]'` over a CUDA torch wheel.
-# The whole run stays within GPU_CHECK_BUDGET_S seconds (default 450, under 8 minutes):
+# The whole run stays within GPU_CHECK_BUDGET_S seconds (default 400, under 7 minutes):
 # a stage's timeout is cut to the time left, and stages past the budget are skipped.
 # GPU_CHECK_NUM_REQUESTS (default 256) sizes the end-to-end workload.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 COMMAND="scripts/gpu_check.sh${*:+ $*}"
-for variable in GPU_CHECK_NUM_REQUESTS GPU_CHECK_BUDGET_S PYTHON; do
+for variable in GPU_CHECK_NUM_REQUESTS GPU_CHECK_BUDGET_S GPU_CHECK_TORCH_BACKEND PYTHON; do
     if [[ -n "${!variable:-}" ]]; then COMMAND="$variable=${!variable} $COMMAND"; fi
 done
 OUT_DIR=${1:-gpu-check-out}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
-BUDGET_S=${GPU_CHECK_BUDGET_S:-450}
+BUDGET_S=${GPU_CHECK_BUDGET_S:-400}
 NUM_REQUESTS=${GPU_CHECK_NUM_REQUESTS:-256}
 STARTED=$(date +%s)
 STAGES="$OUT_DIR/stages.tsv"
@@ -93,9 +97,12 @@ if [[ $(tail -n 1 "$STAGES" | cut -f 2) != passed ]]; then
 fi
 
 # ---------------------------------------------------------------- correctness on CUDA
-run_stage kernel_tests 120 "$PYTHON" -m pytest -m cuda tests/kernels tests/attention -q \
+run_stage kernel_tests 100 "$PYTHON" -m pytest -m cuda tests/kernels tests/attention -q \
     -p no:cacheprovider --junitxml="$OUT_DIR/kernel_tests.xml"
-run_stage engine_tests 100 "$PYTHON" -m pytest -m cuda tests/runner tests/layers \
+
+# ---------------------------------------------------------------- kernel bandwidth (cheap: early)
+run_stage bench_kernels 60 "$PYTHON" scripts/bench_kernels.py --json "$OUT_DIR/bench_kernels.json"
+run_stage engine_tests 90 "$PYTHON" -m pytest -m cuda tests/runner tests/layers \
     tests/integration -q -p no:cacheprovider --junitxml="$OUT_DIR/engine_tests.xml"
 
 # ---------------------------------------------------------------- end to end
@@ -111,14 +118,21 @@ arch, shape, dtype = bench.SHAPES['qwen3-0.6b']
 bench.make_checkpoint(Path('$CHECKPOINT'), shape, arch, dtype, 'cuda')
 print('saved', '$CHECKPOINT')
 "
-run_stage e2e_triton_graphs 120 "$PYTHON" "${BENCH[@]}" --skip-hf --attention-backend triton \
-    --warmup-requests 16 --json "$OUT_DIR/e2e_triton_graphs.json"
-run_stage e2e_torch 90 "$PYTHON" "${BENCH[@]}" --skip-hf --attention-backend torch \
-    --json "$OUT_DIR/e2e_torch.json"
-run_stage e2e_hf 90 "$PYTHON" "${BENCH[@]}" --skip-llmd --json "$OUT_DIR/e2e_hf.json"
+run_stage e2e_triton_sync 75 "$PYTHON" "${BENCH[@]}" --skip-hf --attention-backend triton \
+    --async-scheduling off --warmup-requests 16 --json "$OUT_DIR/e2e_triton_sync.json"
+run_stage e2e_triton_async 75 "$PYTHON" "${BENCH[@]}" --skip-hf --attention-backend triton \
+    --async-scheduling on --warmup-requests 16 --json "$OUT_DIR/e2e_triton_async.json"
 
-# ---------------------------------------------------------------- kernel bandwidth
-run_stage bench_kernels 75 "$PYTHON" scripts/bench_kernels.py --json "$OUT_DIR/bench_kernels.json"
+# ---------------------------------------------------------------- host gap
+run_stage host_gap 60 "$PYTHON" scripts/bench_host_gap.py --model "$CHECKPOINT" --device cuda \
+    --batch-size 64 --json "$OUT_DIR/host_gap.json"
+
+# ---------------------------------------------------------------- the HF baseline
+run_stage e2e_hf 90 "$PYTHON" "${BENCH[@]}" --skip-llmd --json "$OUT_DIR/e2e_hf.json"
+if [[ -n "${GPU_CHECK_TORCH_BACKEND:-}" ]]; then
+    run_stage e2e_torch 90 "$PYTHON" "${BENCH[@]}" --skip-hf --attention-backend torch \
+        --async-scheduling off --json "$OUT_DIR/e2e_torch.json"
+fi
 
 write_report
 echo "[gpu_check] done in $(($(date +%s) - STARTED)) s"

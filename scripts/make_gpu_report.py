@@ -23,11 +23,20 @@ from pathlib import Path
 
 REQUIRED_MODULES = ("torch", "triton", "transformers", "safetensors", "pytest")
 E2E_RUNS = (
-    # (JSON file, label, key of its output tokens/s)
-    ("e2e_triton_graphs.json", "llmd, Triton kernels + CUDA graphs", "llmd_tok_s"),
-    ("e2e_torch.json", "llmd, torch attention backend (eager)", "llmd_tok_s"),
-    ("e2e_hf.json", "HF transformers generate (static batches)", "hf_tok_s"),
+    # (JSON file, label, key of its output tokens/s, shown when absent)
+    ("e2e_triton_async.json", "llmd, Triton + CUDA graphs, async scheduling", "llmd_tok_s", True),
+    ("e2e_triton_sync.json", "llmd, Triton + CUDA graphs, sync scheduling", "llmd_tok_s", True),
+    ("e2e_triton_graphs.json", "llmd, Triton kernels + CUDA graphs", "llmd_tok_s", False),
+    ("e2e_torch.json", "llmd, torch attention backend (eager)", "llmd_tok_s", False),
+    ("e2e_hf.json", "HF transformers generate (static batches)", "hf_tok_s", True),
 )
+HF_FILE = "e2e_hf.json"
+TARGETS = {
+    # acceptance targets of the GPU path (issue 13)
+    "decode_bandwidth_pct": 80.0,
+    "vs_hf": 5.0,
+    "host_gap_fraction": 0.05,
+}
 TEST_SUITES = ("kernel_tests", "engine_tests")
 LOG_TAIL_LINES = 20
 
@@ -116,10 +125,11 @@ def read_junit(path: Path) -> dict | None:
 def e2e_summary(out_dir: Path) -> list[dict]:
     """One row per end-to-end run that produced JSON, with tokens/s and ratio to HF."""
     rows = []
-    for file_name, label, key in E2E_RUNS:
+    for file_name, label, key, is_shown_when_absent in E2E_RUNS:
         report = read_json(out_dir / file_name)
         if report is None or key not in report.get("median", {}):
-            rows.append({"label": label, "file": file_name, "tok_s": None})
+            if is_shown_when_absent:
+                rows.append({"label": label, "file": file_name, "tok_s": None})
             continue
         seconds_key = key.replace("tok_s", "s")
         rows.append(
@@ -134,7 +144,7 @@ def e2e_summary(out_dir: Path) -> list[dict]:
                 "engine": report.get("engine") or report.get("hf") or {},
             }
         )
-    hf_tok_s = rows[-1]["tok_s"]
+    hf_tok_s = next((row["tok_s"] for row in rows if row["file"] == HF_FILE), None)
     for row in rows:
         has_both = row["tok_s"] is not None and hf_tok_s
         row["vs_hf"] = row["tok_s"] / hf_tok_s if has_both else None
@@ -167,6 +177,7 @@ def build_report(out_dir: Path, command: str) -> dict:
         "tests": {suite: read_junit(out_dir / f"{suite}.xml") for suite in TEST_SUITES},
         "kernels": read_json(out_dir / "bench_kernels.json"),
         "e2e": e2e_summary(out_dir),
+        "host_gap": read_json(out_dir / "host_gap.json"),
     }
 
 
@@ -240,15 +251,22 @@ def render_markdown(report: dict, out_dir: Path) -> str:
     for row in e2e:
         details = ", ".join(f"{key}={value}" for key, value in row.get("engine", {}).items())
         if row["file"] == "e2e_hf.json" and row.get("hf_batch_size"):
-            details = f"batch size {row['hf_batch_size']}, " + details
+            details = ", ".join(filter(None, [f"batch size {row['hf_batch_size']}", details]))
         vs_hf = "-" if row["vs_hf"] is None else f"{row['vs_hf']:.2f}x"
         lines.append(
             f"| {row['label']} | {_number(row['tok_s'])} | {_number(row.get('seconds'))} | "
             f"{vs_hf} | {details} |"
         )
-    triton, torch_backend = e2e[0]["tok_s"], e2e[1]["tok_s"]
+    by_file = {row["file"]: row["tok_s"] for row in e2e}
+    on, off = by_file.get("e2e_triton_async.json"), by_file.get("e2e_triton_sync.json")
+    if on and off:
+        lines += ["", f"Async scheduling on vs off: {on / off:.2f}x."]
+    triton = on or by_file.get("e2e_triton_graphs.json")
+    torch_backend = by_file.get("e2e_torch.json")
     if triton and torch_backend:
         lines += ["", f"Triton + CUDA graphs vs torch backend: {triton / torch_backend:.2f}x."]
+    lines += render_host_gap(report.get("host_gap"))
+    lines += render_targets(report)
     problems = [stage for stage in report["stages"] if stage["status"] != "passed"]
     if problems:
         lines += ["", "## Stages that did not pass", ""]
@@ -264,6 +282,76 @@ def render_markdown(report: dict, out_dir: Path) -> str:
                 "",
             ]
     return "\n".join(lines) + "\n"
+
+
+def render_host_gap(host_gap: dict | None) -> list[str]:
+    """The host-gap section: device idle between decode steps, async off and on."""
+    lines = ["", "## Host gap (`scripts/bench_host_gap.py`)", ""]
+    if not host_gap:
+        return lines + ["No results (see the host_gap stage)."]
+    lines += [
+        f"`{host_gap.get('command', '')}`: {host_gap['batch_size']} requests decoding together "
+        f"(prompt {host_gap.get('prompt_len')} tokens, {host_gap.get('output_len')} outputs). "
+        "Device idle time between consecutive decode steps (CUDA events), as a share of the "
+        "steady window's wall time.",
+        "",
+        "| scheduling | steady steps | step ms | decode tok/s | host ms before launch | "
+        "device gap ms | gap share |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, mode in host_gap.get("modes", {}).items():
+        share = mode.get("gap_fraction")
+        lines.append(
+            f"| {name} | {mode.get('num_steady_steps', '-')} | {_number(mode.get('step_ms'), 2)} "
+            f"| {_number(mode.get('decode_tok_s'), 0)} | {_number(mode.get('host_ms'), 2)} "
+            f"| {_number(mode.get('device_gap_ms'), 3)} "
+            f"| {'-' if share is None else f'{100 * share:.1f}%'} |"
+        )
+    return lines
+
+
+def target_checks(report: dict) -> list[tuple[str, str, bool | None]]:
+    """(what, measured, met) for each acceptance target; met is None when unmeasured."""
+    checks = []
+    kernels = report.get("kernels") or {}
+    decode = [r for r in kernels.get("results", []) if r.get("kernel") == "decode_attention"]
+    for row in decode:
+        pct = row.get("bandwidth_pct")
+        checks.append((
+            f"decode attention {row['shape']} >= {TARGETS['decode_bandwidth_pct']:.0f}% of copy",
+            _number(pct, 0) + "%",
+            None if pct is None else pct >= TARGETS["decode_bandwidth_pct"],
+        ))  # fmt: skip
+    if not decode:
+        checks.append(("decode attention bandwidth", "-", None))
+    for row in report.get("e2e", []):
+        if row["file"] == HF_FILE:
+            continue
+        vs_hf = row.get("vs_hf")
+        checks.append((
+            f"{row['label']} >= {TARGETS['vs_hf']:.0f}x HF end to end",
+            "-" if vs_hf is None else f"{vs_hf:.2f}x",
+            None if vs_hf is None else vs_hf >= TARGETS["vs_hf"],
+        ))  # fmt: skip
+    modes = (report.get("host_gap") or {}).get("modes", {})
+    share = modes.get("async", {}).get("gap_fraction")
+    batch = (report.get("host_gap") or {}).get("batch_size", 64)
+    checks.append((
+        f"host gap < {100 * TARGETS['host_gap_fraction']:.0f}% of step time at batch {batch}, "
+        "async scheduling",
+        "-" if share is None else f"{100 * share:.1f}%",
+        None if share is None else share < TARGETS["host_gap_fraction"],
+    ))  # fmt: skip
+    return checks
+
+
+def render_targets(report: dict) -> list[str]:
+    """The acceptance targets, each met, missed or not measured."""
+    lines = ["", "## Targets", "", "| target | measured | met |", "|---|---:|---|"]
+    for what, measured, met in target_checks(report):
+        verdict = "not measured" if met is None else ("yes" if met else "**no**")
+        lines.append(f"| {what} | {measured} | {verdict} |")
+    return lines
 
 
 def main() -> int:

@@ -31,6 +31,10 @@ class StepStats:
     """Context tokens whose K/V were read by attention this step (bandwidth accounting)."""
     num_sampling_seqs: int = 0
     """Sequences that sampled a token this step: the rows the output projection ran on."""
+    device_gap_s: float | None = None
+    """Device idle time from the previous step's end to this step's start, from CUDA
+    events (None on CPU): the host gap the device really saw, measured the same way with
+    async scheduling on or off (the daemon's idle_gap, between step calls, is host time)."""
 
     @property
     def num_tokens(self) -> int:

@@ -7,6 +7,7 @@ plain token ids.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from llmd.runner.kv_cache import (
     kv_bytes_per_block,
     num_blocks_for_budget,
 )
+from llmd.runner.memory_profile import MemoryProfile, non_torch_bytes
 from llmd.runner.pending_step import PendingStep, RunnerOutput, StepEvents
 from llmd.runner.pending_tokens import PendingTokens
 from llmd.runner.persistent_batch import PersistentBatch
@@ -155,9 +157,16 @@ class ModelRunner:
 
         The budget is `gpu_memory_utilization` of the memory that was free when the runner
         started (so other processes on a shared GPU are respected), less the weights, the
-        peak of the largest prefill step and of sampling a full batch, and a reserve for the
-        CUDA graphs' pool (captured later, once the KV cache exists).
+        peak memory the allocator reserved for the largest prefill step and for sampling a
+        full batch (fragmentation included), memory taken outside the allocator, and a
+        reserve for the CUDA graphs' pool (captured later, once the KV cache exists).
         """
+        self.memory_profile = self._profile_memory()
+        logger.info(self.memory_profile.describe())
+        return self.memory_profile.kv_budget
+
+    def _profile_memory(self) -> MemoryProfile:
+        """Measure the worst-case step (see `_profile_free_gpu_bytes`)."""
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(self.device)
         weights_bytes = torch.cuda.memory_allocated(self.device)
@@ -181,26 +190,28 @@ class ModelRunner:
             worst_case = worst_case_sampling_batch(num_rows, self.shape.vocab_size, self.device)
             Sampler(self.config.seed)(logits, worst_case)
         torch.cuda.synchronize(self.device)
-        peak_bytes = torch.cuda.max_memory_allocated(self.device) - scratch_bytes
-        activation_bytes = forward_peak_bytes - scratch_bytes - weights_bytes
+        outside = non_torch_bytes(
+            self.free_bytes_at_start,
+            torch.cuda.mem_get_info(self.device)[0],
+            torch.cuda.memory_reserved(self.device),
+        )
+        profile = MemoryProfile(
+            free_at_start=self.free_bytes_at_start,
+            utilization=self.config.gpu_memory_utilization,
+            weights=weights_bytes,
+            peak_reserved=torch.cuda.max_memory_reserved(self.device),
+            peak_allocated=forward_peak_bytes,
+            scratch=scratch_bytes,
+            non_torch=outside,
+        )
         del scratch_cache, hidden, logits
         torch.cuda.empty_cache()
         if self.graph_batch_sizes:
             self.graph_reserve_bytes = estimate_graph_pool_bytes(
-                activation_bytes, num_tokens, self.graph_batch_sizes
+                profile.activations, num_tokens, self.graph_batch_sizes
             )
-        budget = (
-            self.free_bytes_at_start * self.config.gpu_memory_utilization
-            - peak_bytes
-            - self.graph_reserve_bytes
-        )
-        logger.info(
-            "memory profile: weights %.0f MiB, step peak %.0f MiB, graph reserve %.0f MiB, "
-            "KV budget %.0f MiB",
-            weights_bytes / MIB, (peak_bytes - weights_bytes) / MIB,
-            self.graph_reserve_bytes / MIB, budget / MIB,
-        )  # fmt: skip
-        return max(budget, 0.0)
+            profile = dataclasses.replace(profile, graph_reserve=self.graph_reserve_bytes)
+        return profile
 
     def _capture_graphs(self) -> DecodeGraphRunner:
         """Capture one decode graph per batch size over the allocated KV cache."""

@@ -160,3 +160,24 @@ def test_too_many_blocks_is_a_typed_error():
     plan = scheduler.schedule()
     with pytest.raises(LLMDError, match="blocks"):
         build_step_batch(plan, BLOCK_SIZE, PersistentBatch(4, 2, CPU))
+
+
+def test_pending_inputs_of_graph_decodes_come_from_the_device_tensor():
+    scheduler = make_scheduler(num_blocks=100, block_size=BLOCK_SIZE, max_model_len=MAX_MODEL_LEN)
+    requests = [make_request(num_prompt_tokens=5 + i, max_tokens=10) for i in range(3)]
+    for request in requests:
+        scheduler.add_request(request)
+    plan = scheduler.schedule()
+    scheduler.update_from_output(plan, {r.request_id: 20 + i for i, r in enumerate(requests)})
+    plan = scheduler.schedule()
+    expected = DecodeBuffers.allocate(4, 24, CPU)
+    build_decode_batch(plan, BLOCK_SIZE, expected, 4)
+    for request in requests:
+        request.all_token_ids[-1] = PENDING_TOKEN_ID
+    pending = PendingTokens(
+        torch.tensor([22, 21, 20]), {r.request_id: 2 - i for i, r in enumerate(requests)}
+    )
+    buffers = DecodeBuffers.allocate(4, 24, CPU)
+    fill_decode_buffers(plan, BLOCK_SIZE, PersistentBatch(4, 24, CPU), buffers, 4, pending)
+    assert torch.equal(buffers.token_rows, expected.token_rows)
+    assert buffers.token_rows[0, :3].tolist() == [20, 21, 22]
