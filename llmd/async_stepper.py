@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from llmd.engine.scheduler import SchedulerStallError
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.engine.step_stats import StepStats
+from llmd.errors import SchedulerStallError
 from llmd.llm_engine import RequestUpdate, StepResult
 
 logger = logging.getLogger(__name__)
