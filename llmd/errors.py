@@ -94,3 +94,27 @@ def require(condition: bool, parameter: str, message: str) -> None:
     """Raise InvalidParameterError naming `parameter` when `condition` is false."""
     if not condition:
         raise InvalidParameterError(message, parameter)
+
+
+CODE_WORDS = {
+    "overloaded": "the daemon is overloaded",
+    "shutting_down": "the daemon is shutting down",
+    "engine_dead": "the engine has died",
+}
+"""What an error code means, said in words, for codes whose messages do not say it."""
+INTERNAL_PARAMETERS = ("command", "setting")
+"""Parameters that name no field the user typed; user-facing messages leave them out."""
+
+
+def user_message(error: BaseException) -> str:
+    """An error as a user should read it: no internal code, no internal parameter name."""
+    message = getattr(error, "message", None)
+    if message is None:
+        return str(error).strip() or type(error).__name__
+    parameter = getattr(error, "parameter", None)
+    if parameter and parameter not in INTERNAL_PARAMETERS and parameter not in message:
+        message = f"{parameter}: {message}"
+    words = CODE_WORDS.get(getattr(error, "code", ""))
+    if words and words.split()[-1] not in message:
+        message = f"{words}: {message}"
+    return message

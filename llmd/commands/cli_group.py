@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from llmd.errors import LLMDError
+from llmd.errors import LLMDError, user_message
 
 STDOUT_ERRNOS = (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EBADF)
 """Errors of writing to stdout that end a command with a message instead of a traceback."""
@@ -22,8 +22,7 @@ STDOUT_ERRNOS = (errno.ENOSPC, errno.EPIPE, errno.EIO, errno.EBADF)
 
 def cli_error(error: BaseException) -> click.ClickException:
     """The one-line error a user sees: what went wrong, no internal code or traceback."""
-    message = str(error).strip() or type(error).__name__
-    return click.ClickException(message)
+    return click.ClickException(user_message(error))
 
 
 def silence_stdout() -> None:

@@ -120,7 +120,7 @@ def test_one_shot_prints_the_streamed_reply_and_stats():
 def test_one_shot_reports_daemon_errors_with_a_non_zero_exit():
     code, out, err, _ = run(ScriptedReply(error=OverloadedError("128 requests in flight")))
     assert code == EXIT_FAILED and out == ""
-    assert err == "llmd chat: overloaded: 128 requests in flight\n"
+    assert err == "Error: the daemon is overloaded: 128 requests in flight\n"
 
 
 def test_one_shot_interrupt_closes_the_stream_which_aborts():

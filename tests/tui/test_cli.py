@@ -28,7 +28,7 @@ def test_interactive_chat_without_a_daemon_says_how_to_start_one(tmp_path):
         os.close(leader)
     assert process.returncode == 1
     message = process.stderr.decode()
-    assert message.startswith(f"Error: address: no llmd daemon is answering at {address}")
+    assert message.startswith(f"Error: no llmd daemon is answering at {address}")
     assert f"start one with: llmd serve --address {address}" in message
 
 

@@ -68,7 +68,7 @@ def test_top_with_no_daemon_fails_at_once_instead_of_retrying(tmp_path):
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert process.returncode == 1
-    assert process.stderr.startswith(f"Error: address: no llmd daemon is answering at {address}")
+    assert process.stderr.startswith(f"Error: no llmd daemon is answering at {address}")
 
 
 def test_status_after_kill_9_says_the_daemon_crashed_and_names_its_log(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ from llmd.tui.top.view import (
 
 CALM = TopView(
     queue=QueueView(waiting=1, running=4, waiting_growth_per_s=0.0),
-    kv=KVView(num_total=100, num_used=40, usage=0.4),
+    kv=KVView(num_total=100, num_used=40, num_free=60, usage=0.4),
     steps=StepView(
         prompt_tokens_per_step=2.0,
         generation_tokens_per_step=8.0,
@@ -51,19 +51,27 @@ def test_a_calm_server_gets_no_hints():
     assert find_hints(dataclasses.replace(CALM, has_snapshot=False)) == ()
 
 
-def test_kv_full_needs_both_a_full_cache_and_preemptions():
-    full = with_(CALM, kv={"usage": 0.97}, queue={"recent_preemptions": 3, "preempted": 1})
+def test_kv_full_counts_cached_blocks_and_needs_waiting_or_preempted_requests():
+    full = with_(
+        CALM,
+        kv={"num_used": 70, "num_cached": 28, "num_free": 2, "usage": 0.7},
+        queue={"recent_preemptions": 3, "preempted": 1},
+    )
     hint = kv_full_with_preemptions(full)
-    assert hint is not None and "97% full with 3 recent preemptions" in hint.message
+    assert hint is not None
+    assert hint.message.startswith("KV cache full (2 of 100 blocks free), 3 preemptions in 10s")
     assert "--num-blocks" in hint.message
-    assert kv_full_with_preemptions(with_(CALM, kv={"usage": 0.97})) is None  # full, no preempt
-    assert kv_full_with_preemptions(with_(full, kv={"usage": 0.9})) is None
+    idle = with_(full, queue={"recent_preemptions": 0, "preempted": 0, "waiting": 0})
+    assert kv_full_with_preemptions(idle) is None  # full of cached prefixes, nobody waits
+    waiting = with_(idle, queue={"waiting": 2, "running": 1})
+    assert "2 waiting, 1 running" in kv_full_with_preemptions(waiting).message
+    assert kv_full_with_preemptions(with_(full, kv={"num_free": 6})) is None  # 94% occupied
 
 
 def test_queue_growing_needs_growth_and_a_real_queue():
     growing = with_(CALM, queue={"waiting": 12, "waiting_growth_per_s": 2.0})
     hint = queue_growing(growing)
-    assert hint is not None and "grows by 2.0 requests/s (12 waiting)" in hint.message
+    assert hint is not None and "grows 2.0/s (12 waiting)" in hint.message
     assert queue_growing(with_(growing, queue={"waiting_growth_per_s": 0.4})) is None
     assert queue_growing(with_(growing, queue={"waiting": 3})) is None
     assert queue_growing(with_(growing, queue={"waiting_growth_per_s": None})) is None

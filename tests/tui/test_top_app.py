@@ -35,7 +35,7 @@ async def deliver(pilot, client: FakeAsyncClient, steps) -> None:
         await wait_for(pilot, lambda snapshot=snapshot: app.model.snapshot is snapshot)
 
 
-@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40), (200, 50)])
 async def test_screen_matches_the_stored_snapshot(size):
     app, client, _ = make_app()
     async with app.run_test(size=size) as pilot:
@@ -109,3 +109,68 @@ async def test_q_quits():
     async with app.run_test() as pilot:
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running)
+
+
+def unwrapped(text: str) -> str:
+    """The screen's words in order, whatever the line breaks."""
+    return " ".join(text.split())
+
+
+async def test_every_panel_is_reachable_at_80x24_by_its_number():
+    app, client, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await deliver(pilot, client, range(len(WAITING)))
+        overview = screen_text(app)
+        assert "hidden: 3 Prefill/decode, 6 Efficiency, 8 Timeline (press 3/6/8)" in overview
+        assert "prefill chunks" not in overview and "of wall time in steps" not in overview
+        await pilot.press("3")
+        assert "steps/s" in screen_text(app) and "━3 Prefill/decode" in screen_text(app)
+        await pilot.press("6")
+        assert "of wall time in steps" in screen_text(app)
+        await pilot.press("8")
+        zoomed = screen_text(app)
+        assert "prefill chunks, 1 preemption" in zoomed and "━7 Requests" not in zoomed
+        await pilot.press("8")  # the same key again: back to the overview
+        assert screen_text(app) == overview
+        await pilot.press("z")
+        assert app.zoomed_number == 1
+        await pilot.press("escape")
+        assert app.zoomed_number == 0
+
+
+async def test_hints_wrap_and_each_one_is_shown_whole_or_counted():
+    app, client, _ = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await deliver(pilot, client, range(len(WAITING)))
+        hints = app.model.view().hints
+        assert len(hints) == 3
+        text = unwrapped(screen_text(app))
+        assert hints[0].message in text and "+2 more hints: press 9" in text
+        assert "…" not in text.split("9 Hints")[1]  # nothing below the title is cut
+        await pilot.press("9")
+        zoomed = unwrapped(screen_text(app))
+        assert all(hint.message in zoomed for hint in hints)
+
+
+async def test_live_requests_come_first_and_are_not_scrolled_away():
+    app, client, _ = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await deliver(pilot, client, range(4))
+        rows = [line.split()[:2] for line in screen_text(app).splitlines() if " req-" in line]
+        states = [state for _, state in rows]
+        first_finished = next(i for i, state in enumerate(states) if state.startswith("✓"))
+        assert all(state.startswith("✓") for state in states[first_finished:])
+        assert states[:first_finished] == ["running"] * 5 + ["waiting"]
+
+
+async def test_only_the_panels_whose_data_changed_are_redrawn():
+    from llmd.tui.top.panels.base import Panel
+
+    app, client, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await deliver(pilot, client, range(3))
+        panels = list(app.query(Panel))
+        assert not any(panel.show(app.model.view()) for panel in panels)  # nothing new
+        app.model.cycle_sort()
+        changed = [panel.id for panel in panels if panel.show(app.model.view())]
+        assert changed == ["requests"]

@@ -188,7 +188,23 @@ def test_efficiency_against_a_known_peak_and_without_one():
     assert against_peak(2400.0, 4800.0, "GB/s", 40).plain == (
         "2.4k GB/s, 50% of 4.8k " + "█" * 8 + "░" * 9
     )
-    assert against_peak(0.19, None, "GB/s", 40).plain == "0.19 GB/s (peak unknown)"
+    measured = against_peak(6.0, 12.0, "GB/s", 60, source="measured")
+    assert measured.plain.startswith("6 GB/s, 50% of measured peak 12 ")
+    assert against_peak(0.19, None, "GB/s", 40).plain == "0.19 GB/s · no device peak"
+    assert against_peak(0.15, None, "GB/s", 40, best=0.2).plain == (
+        "0.15 GB/s, 75% of the best seen (0.2) · no device peak"
+    )
     assert against_peak(None, 4800.0, "GB/s", 40).plain == "- GB/s"
     assert peak_note(120.0, 989.0) == " (12% of peak)"
-    assert peak_note(0.5, None) == " (peak unknown)" and peak_note(None, 1.0) == ""
+    assert peak_note(0.15, None, 0.2) == " (75% of best)"
+    assert peak_note(0.5, None) == "" and peak_note(None, 1.0) == ""
+
+
+def test_the_best_rates_seen_are_the_yardstick_without_a_peak():
+    model = TopModel(clock=lambda: 0.0)
+    for step, rate in enumerate((0.1, 0.4, 0.2)):
+        snapshot = busy_snapshot(step)
+        snapshot["hardware"]["decode_gb_per_s"] = rate
+        model.apply(snapshot)
+    efficiency = model.view().efficiency
+    assert efficiency.best_decode_gb_per_s == 0.4 and efficiency.decode_gb_per_s == 0.2

@@ -13,11 +13,11 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer, Static
 from textual.worker import Worker
 
 from llmd.client import Accepted, Finished, PrefillProgress, TokenDelta
-from llmd.errors import LLMDError
+from llmd.errors import LLMDError, user_message
 from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.assistant_reply import AssistantReply
 from llmd.tui.chat.commands import COMMAND_HELP, is_command, parse_command, unescape_prompt
@@ -35,19 +35,28 @@ from llmd.tui.chat.history import PromptHistory
 from llmd.tui.chat.notice import Notice
 from llmd.tui.chat.prompt_input import PromptInput
 from llmd.tui.chat.reply_stats import format_reply_stats
-from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS, apply_setting, describe
+from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS, apply_setting, describe, describe_all
 from llmd.tui.chat.user_message import UserMessage
 from llmd.tui.formatting import printable
 
 ABORT_GRACE_S = 3.0
 """After Esc, how long the daemon has to confirm the abort before the stream is dropped."""
-KEYS_HELP = "Enter sends · Esc or Ctrl+C stops a reply · ↑/↓ prompt history · Ctrl+Q quits"
+HEALTH_POLL_S = 2.0
+"""How often the chat checks that the daemon is there and still the same one."""
+KEYS_HELP = (
+    "Enter sends · Shift+Enter or Ctrl+J adds a line · Esc or Ctrl+C stops a reply · "
+    "↑/↓ prompt history · Ctrl+Q quits"
+)
 
 
-def describe_error(error: Exception) -> str:
-    """'code: message' for typed llmd errors, the text otherwise."""
-    code = getattr(error, "code", None)
-    return f"{code}: {error}" if code else str(error)
+def describe_error(error: BaseException) -> str:
+    """What went wrong, in words: no error codes, no internal parameter names."""
+    return user_message(error)
+
+
+def daemon_identity(health: dict[str, Any]) -> tuple[Any, ...]:
+    """What changes when a different daemon answers: its instance id (if sent), pid, start."""
+    return (health.get("instance_id"), health.get("pid"))
 
 
 class ChatApp(App):
@@ -75,6 +84,11 @@ class ChatApp(App):
         self.active_reply: AssistantReply | None = None
         self.active_client_id: str | None = None
         self._reply_worker: Worker | None = None
+        self._sent_messages: list[dict[str, str]] = []
+        self._stop_requested: int | None = None
+        """The reply the user stopped (Esc/Ctrl+C), told apart from one the daemon ended."""
+        self.daemon_health: dict[str, Any] | None = None
+        self.is_daemon_lost = False
 
     # ------------------------------------------------------------------ layout
 
@@ -90,9 +104,13 @@ class ChatApp(App):
         self._update_status()
         await self._add(Notice(f"Connected to {self.address}. {KEYS_HELP}. /help for commands."))
         self._fetch_health()
+        self.set_interval(HEALTH_POLL_S, self._fetch_health)
 
     def _update_status(self, activity: str = "") -> None:
-        parts = [self.model_name, describe(self.conversation.params)]
+        model = (
+            self.model_name if not self.is_daemon_lost else f"{self.model_name} (daemon stopped)"
+        )
+        parts = [model, describe(self.conversation.params)]
         if self.conversation.system_prompt:
             parts.append("system prompt set")
         if activity:
@@ -104,11 +122,15 @@ class ChatApp(App):
 
     # ------------------------------------------------------------------ input
 
-    async def on_input_submitted(self, event: Input.Submitted) -> None:
+    async def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
         text = event.value.strip()
-        event.input.value = ""
         if not text:
             return
+        if self.conversation.is_waiting and not is_command(text):
+            # keep what was typed: it can be sent once the reply is done
+            await self._add(Notice("A reply is still streaming: Esc stops it.", is_error=True))
+            return
+        event.input.value = ""
         self.history.add(text)
         if is_command(text):
             await self._run_command(text)
@@ -120,7 +142,22 @@ class ChatApp(App):
         if self.conversation.is_waiting:
             await self._add(Notice("A reply is still streaming: Esc stops it.", is_error=True))
             return
+        num_trimmed = self.conversation.num_trimmed
         messages = self.conversation.begin(prompt)
+        if self.conversation.num_trimmed > num_trimmed:
+            await self._add(Notice(self._trim_notice(self.conversation.num_trimmed - num_trimmed)))
+        await self._start_reply(prompt, messages)
+
+    def _trim_notice(self, num_dropped: int) -> str:
+        exchanges = "exchange" if num_dropped == 1 else "exchanges"
+        kept = " (the system prompt is kept)" if self.conversation.system_prompt else ""
+        return (
+            f"Dropped the {num_dropped} oldest {exchanges} so the conversation fits the "
+            f"model's {self.conversation.max_model_len}-token context{kept}."
+        )
+
+    async def _start_reply(self, prompt: str, messages: list[dict[str, str]]) -> None:
+        self._sent_messages = messages
         self.reply_number += 1
         self.active_reply = AssistantReply(self.reply_number)
         self.active_client_id = None
@@ -139,10 +176,14 @@ class ChatApp(App):
                 self.conversation.system_prompt = command.argument or None
                 shown = f"set to: {command.argument}" if command.argument else "removed"
                 await self._add(Notice(f"System prompt {shown}. It applies from the next reply."))
+            elif command.name == "set" and not command.argument:
+                await self._add(Notice(describe_all(self.conversation.params)))
             elif command.name == "set":
                 name, value = command.argument.split()
                 self.conversation.params = apply_setting(self.conversation.params, name, value)
                 await self._add(Notice(f"Settings: {describe(self.conversation.params)}"))
+            elif command.name == "save":
+                await self._save(command.argument)
             elif command.name == "stats":
                 self._fetch_stats()
             elif command.name == "help":
@@ -152,6 +193,18 @@ class ChatApp(App):
         except LLMDError as error:
             await self._add(Notice(describe_error(error), is_error=True))
         self._update_status("generating…" if self.conversation.is_waiting else "")
+
+    async def _save(self, path_text: str) -> None:
+        """Write the transcript to a file (a failure is a notice, not a crash)."""
+        from pathlib import Path
+
+        path = Path(path_text).expanduser()
+        try:
+            path.write_text(self.conversation.transcript(), encoding="utf-8")
+        except OSError as error:
+            await self._add(Notice(f"Cannot save to {path}: {error.strerror}", is_error=True))
+            return
+        await self._add(Notice(f"Saved the conversation to {path}."))
 
     # ------------------------------------------------------------------ actions
 
@@ -164,6 +217,7 @@ class ChatApp(App):
             await self._end_reply_locally(number, "stopped before the daemon accepted it")
             return
         self._update_status("stopping…")
+        self._stop_requested = number
         self._send_abort(self.active_client_id)
         self.set_timer(ABORT_GRACE_S, lambda: self._abort_timed_out(number))
 
@@ -237,7 +291,13 @@ class ChatApp(App):
     @work(group="info", exclusive=True)
     async def _fetch_health(self) -> None:
         try:
-            self.post_message(DaemonInfo(await self.client.health()))
+            health = await self.client.health()
+            if daemon_identity(health) != daemon_identity(self.daemon_health or {}):
+                facts = await self.client.stats(include_requests=False, include_block_map=False)
+                health = {**health, "max_model_len": facts.get("daemon", {}).get("max_model_len")}
+            else:
+                health = {**health, "max_model_len": self.conversation.max_model_len}
+            self.post_message(DaemonInfo(health))
         except Exception as error:
             self.post_message(DaemonInfo(None, error))
 
@@ -259,6 +319,7 @@ class ChatApp(App):
         reply = self._current(event.reply_number)
         if reply is not None:
             self.active_client_id = event.client_id
+            self.conversation.observe_prompt(self._sent_messages, event.num_prompt_tokens)
             reply.show_status(f"{event.request_id}: {event.num_prompt_tokens} prompt tokens queued")
 
     def on_reply_prefill(self, event: ReplyPrefill) -> None:
@@ -283,6 +344,9 @@ class ChatApp(App):
         stats = format_reply_stats(
             finished.finish_reason, finished.usage, finished.timings, finished.num_preemptions
         )
+        if finished.finish_reason == "abort":
+            by_user = self._stop_requested == event.reply_number
+            stats += " (you stopped it)" if by_user else " (the daemon ended it: stopping?)"
         await reply.finish(stats)
         self.conversation.complete(reply.text, finished.usage)
         self.active_reply = None
@@ -292,18 +356,61 @@ class ChatApp(App):
         reply = self._current(event.reply_number)
         if reply is None:
             return
-        await reply.finish("failed")
+        error = event.error
+        is_too_long = getattr(error, "code", None) == "request_too_large" and (
+            getattr(error, "parameter", None) == "prompt"
+        )
+        if is_too_long and self.conversation.pending_prompt and self.conversation.drop_oldest():
+            # the estimate was short: drop one more exchange and send again
+            await reply.finish("too long for the context: sent again with less history")
+            prompt = self.conversation.pending_prompt
+            await self._add(Notice(self._trim_notice(1)))
+            await self._start_reply(prompt, self.conversation.messages())
+            return
+        is_gone = getattr(error, "code", None) == "daemon_not_running"
+        await reply.finish("cut off: the daemon stopped" if is_gone else "failed")
         self.conversation.cancel()
         self.active_reply = None
-        await self._add(Notice(describe_error(event.error), is_error=True))
+        if is_gone:
+            self._daemon_lost()
+        await self._add(Notice(describe_error(error), is_error=True))
         self._update_status()
 
+    def _daemon_lost(self) -> None:
+        self.is_daemon_lost = True
+
     async def on_daemon_info(self, event: DaemonInfo) -> None:
+        activity = "generating…" if self.conversation.is_waiting else ""
         if event.health is None:
-            await self._add(Notice(describe_error(event.error), is_error=True))
+            if not self.is_daemon_lost:
+                self._daemon_lost()
+                await self._add(
+                    Notice(
+                        f"The daemon stopped answering at {self.address}; the chat reconnects "
+                        "when it is back (start it with: llmd serve).",
+                        is_error=True,
+                    )
+                )
+            self._update_status(activity)
             return
-        self.model_name = event.health.get("model", "?")
-        self._update_status("generating…" if self.conversation.is_waiting else "")
+        health, previous = event.health, self.daemon_health
+        if previous is not None and daemon_identity(health) != daemon_identity(previous):
+            model = health.get("model", "?")
+            change = "" if model == previous.get("model") else f", now serving {model}"
+            await self._add(
+                Notice(
+                    f"The daemon restarted (pid {previous.get('pid')} → {health.get('pid')})"
+                    f"{change}. The conversation is kept."
+                )
+            )
+        elif self.is_daemon_lost:
+            await self._add(Notice("The daemon is answering again."))
+        self.is_daemon_lost = False
+        self.daemon_health = health
+        self.model_name = health.get("model", "?")
+        max_model_len = health.get("max_model_len")
+        self.conversation.max_model_len = max_model_len if isinstance(max_model_len, int) else None
+        self._update_status(activity)
 
     async def on_stats_fetched(self, event: StatsFetched) -> None:
         if event.snapshot is None:

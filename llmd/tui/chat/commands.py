@@ -13,7 +13,8 @@ from llmd.errors import InvalidParameterError
 COMMAND_HELP = {
     "clear": "/clear: forget the conversation (the system prompt and settings stay)",
     "system": "/system TEXT: set the system prompt (/system alone removes it)",
-    "set": "/set NAME VALUE: change a sampling setting, e.g. /set temperature 0.2",
+    "set": "/set NAME VALUE: change a sampling setting, e.g. /set temperature 0.2 (/set lists)",
+    "save": "/save FILE: write the conversation to FILE as plain text",
     "stats": "/stats: show the daemon's state and this conversation's totals",
     "help": "/help: list the commands and keys",
     "quit": "/quit: leave (also Ctrl+Q)",
@@ -51,6 +52,8 @@ def parse_command(text: str) -> ChatCommand:
     argument = argument.strip()
     if name in ("clear", "stats", "help", "quit") and argument:
         raise InvalidParameterError(f"/{name} takes no argument, got {argument!r}", "command")
-    if name == "set" and len(argument.split()) != 2:
+    if name == "set" and len(argument.split()) not in (0, 2):
         raise InvalidParameterError("use /set NAME VALUE, e.g. /set temperature 0.2", "command")
+    if name == "save" and not argument:
+        raise InvalidParameterError("use /save FILE, e.g. /save chat.txt", "command")
     return ChatCommand(name, argument)

@@ -10,7 +10,7 @@ import contextlib
 from typing import Any, TextIO
 
 from llmd.client import Finished, TokenDelta
-from llmd.errors import LLMDError
+from llmd.errors import LLMDError, user_message
 from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.conversation import Conversation
 from llmd.tui.chat.reply_stats import format_reply_stats
@@ -48,7 +48,7 @@ def run_once(
         return EXIT_INTERRUPTED
     except LLMDError as error:
         _end_line(stdout, is_line_open)
-        stderr.write(f"Error: {error}\n")
+        stderr.write(f"Error: {user_message(error)}\n")
         return EXIT_FAILED
     _end_line(stdout, is_line_open)
     if finished is None or finished.finish_reason == "abort":

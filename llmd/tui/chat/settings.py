@@ -52,6 +52,15 @@ def apply_setting(params: SamplingParams, name: str, text: str) -> SamplingParam
     return dataclasses.replace(params, **{name: value})
 
 
+def describe_all(params: SamplingParams) -> str:
+    """Every setting /set knows, one per line, with its current value."""
+    lines = []
+    for name in SETTABLE_TYPES:
+        value = getattr(params, name)
+        lines.append(f"{name:<20} {'none' if value is None else f'{value:g}'}")
+    return "\n".join(lines)
+
+
 def describe(params: SamplingParams) -> str:
     """The settings a chat user tunes, in one line."""
     seed = "none" if params.seed is None else str(params.seed)

@@ -46,6 +46,10 @@ class TopApp(App):
         Binding("q", "quit", "Quit"),
         Binding("p", "pause", "Pause"),
         Binding("s", "sort", "Sort"),
+        Binding("1", "zoom_toggle(1)", "Zoom", key_display="1-9"),
+        *(Binding(str(number), f"zoom_toggle({number})", show=False) for number in range(2, 10)),
+        Binding("z", "zoom_next", "Next zoom", show=False),
+        Binding("escape,0", "zoom(0)", "Unzoom", show=False),
         Binding("up,k", "select(-1)", "Select", key_display="↑↓"),
         Binding("down,j", "select(1)", "Select", show=False),
         Binding("pageup", "select(-10)", show=False),
@@ -62,34 +66,85 @@ class TopApp(App):
         super().__init__()
         self.address = address
         self.model = TopModel(clock=clock)
+        self.zoomed_number = 0
+        """The panel shown on the whole screen (1-9), or 0 for the overview."""
         self.feed = SnapshotFeed(client_factory, interval_s, self.post_message)
 
     def compose(self) -> ComposeResult:
         yield HeaderPanel(self.address, id="header")
-        with Horizontal(id="row-state"):
+        with Horizontal(id="row-state", classes="row"):
             yield QueuePanel(id="queue")
             yield KVCachePanel(id="kv")
             yield StepsPanel(id="steps", classes="optional")
-        with Horizontal(id="row-speed"):
+        with Horizontal(id="row-speed", classes="row"):
             yield ThroughputPanel(id="throughput")
             yield LatencyPanel(id="latency")
-            yield EfficiencyPanel(id="efficiency")
-        with Horizontal(id="row-requests"):
+            yield EfficiencyPanel(id="efficiency", classes="optional")
+        with Horizontal(id="row-requests", classes="row"):
             yield RequestsPanel(id="requests")
             yield TimelinePanel(id="timeline", classes="optional")
         yield HintsPanel(id="hints")
         yield Footer()
 
     def on_mount(self) -> None:
+        for number, panel in enumerate(self.zoomable_panels(), start=1):
+            panel.border_title = f"{number} {panel.TITLE}"
         self.redraw()
         self.run_worker(self.feed.run(), group="feed", exclusive=True)
         self.set_interval(CLOCK_TICK_S, self._on_clock_tick)
 
     def redraw(self) -> None:
-        """Draw every panel from the model's current view."""
+        """Give every panel the model's current view; only the changed ones redraw."""
         view = self.model.view()
         for panel in self.query(Panel):
             panel.show(view)
+
+    def zoomable_panels(self) -> list[Panel]:
+        """The panels in key order (1-9): all but the header."""
+        return [panel for panel in self.query(Panel) if panel.id != "header"]
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._note_hidden_panels)
+
+    def _note_hidden_panels(self) -> None:
+        """Name the panels this size hides (and their keys) in the hints panel's title."""
+        panels = self.zoomable_panels()
+        hidden = [
+            (number, panel.TITLE)
+            for number, panel in enumerate(panels, start=1)
+            if not panel.display and not self.screen.has_class("-zoomed")
+        ]
+        hints = self.query_one(HintsPanel)
+        title = f"{panels.index(hints) + 1} {hints.TITLE}"
+        if hidden:
+            names = ", ".join(f"{number} {name}" for number, name in hidden)
+            keys = "/".join(str(number) for number, _ in hidden)
+            title += f" · hidden: {names} (press {keys})"
+        hints.border_title = title
+
+    # ------------------------------------------------------------------ zoom
+
+    def action_zoom_toggle(self, number: int) -> None:
+        """Zoom panel `number`; its key again (or Esc) goes back to the overview."""
+        self.action_zoom(0 if number == self.zoomed_number else number)
+
+    def action_zoom_next(self) -> None:
+        """Zoom the next panel (z), after the last one back to the overview."""
+        self.action_zoom((self.zoomed_number + 1) % (len(self.zoomable_panels()) + 1))
+
+    def action_zoom(self, number: int) -> None:
+        """Show panel `number` (1-9) on the whole screen; 0 shows them all again."""
+        panels = self.zoomable_panels()
+        if not 0 <= number <= len(panels):
+            return
+        self.zoomed_number = number
+        self.screen.set_class(number > 0, "-zoomed")
+        for index, panel in enumerate(panels, start=1):
+            panel.set_class(index == number, "zoomed")
+        for row in self.query(".row"):
+            row.set_class(any(index == number for index, panel in enumerate(panels, start=1)
+                              if panel.parent is row), "zoom-row")  # fmt: skip
+        self.call_after_refresh(self._note_hidden_panels)
 
     def _on_clock_tick(self) -> None:
         if self.model.connection.status != "live":

@@ -23,22 +23,47 @@ HOST_GAP_SHARE = 0.2
 """Idle gap between steps, as a share of step time, that counts as host-bound."""
 HOST_GAP_MIN_MS = 0.5
 BUSY_FRACTION = 0.8
+TREND_TEXT = "10s"
+"""How the trend window of llmd.tui.top.model reads in a hint."""
 LOW_EFFICIENCY = 0.2
 """Below this share of peak bandwidth, a busy engine counts as inefficient."""
 
 
+def kv_occupancy(view: TopView) -> float | None:
+    """Share of KV blocks not free: owned by requests or holding cached prefixes."""
+    kv = view.kv
+    if kv.num_total > 0:
+        return 1.0 - kv.num_free / kv.num_total
+    return kv.usage
+
+
 def kv_full_with_preemptions(view: TopView) -> Hint | None:
-    """The KV cache is full and requests are being preempted (and later recomputed)."""
+    """The KV cache is full and limits the batch: requests wait or are preempted for blocks.
+
+    Free blocks count, not used ones: blocks holding cached prefixes fill the cache too.
+    Neither a growing queue nor fresh preemptions are needed: a steady queue behind a
+    full cache, with few requests running, is the KV-limited state.
+    """
     kv, queue = view.kv, view.queue
-    is_full = kv.usage is not None and kv.usage >= KV_FULL_USAGE
-    if not is_full or (queue.recent_preemptions == 0 and queue.preempted == 0):
+    occupancy = kv_occupancy(view)
+    if occupancy is None or occupancy < KV_FULL_USAGE:
         return None
+    is_preempting = queue.recent_preemptions > 0 or queue.preempted > 0
+    if not is_preempting and queue.waiting == 0:
+        return None
+    counts = (
+        f"{kv.num_free} of {kv.num_total} blocks free"
+        if kv.num_total
+        else f"{fmt_percent(occupancy)} full"
+    )
+    if is_preempting:
+        cause = f"{queue.recent_preemptions} preemptions in {TREND_TEXT} (recomputed)"
+    else:
+        cause = f"{queue.waiting} waiting, {queue.running} running"
     return Hint(
         "kv_full",
-        f"KV cache {fmt_percent(kv.usage)} full with {queue.recent_preemptions} recent "
-        f"preemptions ({queue.preempted} waiting to resume): preempted requests recompute "
-        "their prompt. Give the cache more blocks (--num-blocks, --kv-cache-memory-gib, "
-        "--gpu-memory-utilization) or admit fewer at once (--max-num-seqs).",
+        f"KV cache full ({counts}), {cause}: add blocks (--num-blocks, "
+        "--kv-cache-memory-gib) or lower --max-num-seqs.",
     )
 
 
@@ -50,9 +75,8 @@ def queue_growing(view: TopView) -> Hint | None:
         return None
     return Hint(
         "queue_growing",
-        f"Queue grows by {growth:.1f} requests/s ({queue.waiting} waiting): arrivals outpace "
-        "what the engine finishes, so TTFT will keep rising. Reduce load or max_tokens, or "
-        "raise --max-num-seqs if the KV cache has room.",
+        f"Queue grows {growth:.1f}/s ({queue.waiting} waiting): arrivals outpace the engine "
+        "and TTFT keeps rising. Reduce load or max_tokens, or raise --max-num-seqs.",
     )
 
 
@@ -70,9 +94,9 @@ def prefill_starving_decode(view: TopView) -> Hint | None:
         return None
     return Hint(
         "prefill_starving_decode",
-        f"ITL p99 {fmt_seconds(p99)} is {ratio:.1f}× p50 while prefill takes "
-        f"{prompt:.0f} of {prompt + generation:.0f} tokens per step: long prompt chunks stall "
-        "running decodes. Lower --max-num-batched-tokens to cap each step's prefill.",
+        f"ITL p99 {fmt_seconds(p99)} is {ratio:.1f}× p50, prefill {prompt:.0f} of "
+        f"{prompt + generation:.0f} tokens/step: prompt chunks stall decodes. Lower "
+        "--max-num-batched-tokens.",
     )
 
 
@@ -87,9 +111,8 @@ def host_gaps(view: TopView) -> Hint | None:
         return None
     return Hint(
         "host_gaps",
-        f"{gap_ms:.1f} ms host gap between steps ({fmt_percent(share)} of the time with work "
-        "waiting): the device idles while the host schedules, detokenizes or handles "
-        "clients. Bigger batches amortise it.",
+        f"{gap_ms:.1f} ms host gap between steps ({fmt_percent(share)} of busy time): the "
+        "device idles while the host works. Bigger batches amortise it.",
     )
 
 
@@ -108,8 +131,8 @@ def busy_but_inefficient(view: TopView) -> Hint | None:
         return None
     return Hint(
         "busy_but_inefficient",
-        f"Busy {fmt_percent(busy)} of the time but decode reaches {fmt_percent(share)} of peak "
-        "memory bandwidth: steps are dominated by overhead or tiny batches.",
+        f"Busy {fmt_percent(busy)} of the time, decode at {fmt_percent(share)} of peak "
+        "bandwidth: overhead or tiny batches dominate steps.",
         severity="info",
     )
 

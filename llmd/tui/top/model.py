@@ -78,6 +78,8 @@ class TopModel:
         self._is_selection_manual = False
         """False until the user moves the selection (an automatic one moves on by itself)."""
         self.is_paused = False
+        self.best_rates: dict[str, float] = {}
+        """Highest decode_gb_per_s and prefill_tflop_per_s seen (a yardstick without peaks)."""
         self.connection = ConnectionView()
         self._last_update: float | None = None
 
@@ -152,7 +154,11 @@ class TopModel:
             steps=self._step_view(snapshot),
             throughput=self._throughput_view(snapshot),
             latency=read_latency(snapshot),
-            efficiency=read_efficiency(snapshot),
+            efficiency=dataclasses.replace(
+                read_efficiency(snapshot),
+                best_decode_gb_per_s=self.best_rates.get("decode_gb_per_s"),
+                best_prefill_tflop_per_s=self.best_rates.get("prefill_tflop_per_s"),
+            ),
             requests=tuple(rows),
             num_live_requests=read_requests(snapshot, 0)[1],
             selected_request_id=self.selected_request_id,
@@ -179,19 +185,19 @@ class TopModel:
         return None
 
     def _keep_selection(self, rows: list[RequestRow]) -> None:
-        """Keep the selected request while it is listed; then the user's choice sticks.
+        """Follow the top row until the user moves; then the user's choice sticks.
 
-        Until the user moves, a request that left the table is replaced by the top row.
-        A request the user selected stays selected even after it left the table (its
-        timeline stays on screen while the daemon remembers it), so under heavy churn the
-        selection never wanders off on its own.
+        The top row is a live request (live rows sort first), so an automatic selection
+        never drags the table down to finished rows. A request the user selected stays
+        selected even after it left the table (its timeline stays on screen while the
+        daemon remembers it), so under heavy churn the selection never wanders off.
         """
         index = self._index_of(rows, self.selected_request_id)
-        if index is not None:
-            self._selected_index = index
-        elif rows and (self.selected_request_id is None or not self._is_selection_manual):
-            self.selected_request_id = rows[0].request_id
+        if not self._is_selection_manual:  # until the user moves, the top (live) row
+            self.selected_request_id = rows[0].request_id if rows else None
             self._selected_index = 0
+        elif index is not None:
+            self._selected_index = index
 
     def _record(self, snapshot: dict[str, Any]) -> None:
         queue, kv, totals = (section(snapshot, name) for name in ("queue", "kv", "totals"))
@@ -202,6 +208,11 @@ class TopModel:
             float(integer(totals, "prompt_tokens")),
             float(integer(totals, "generation_tokens")),
         )
+        hardware = section(snapshot, "hardware")
+        for key in ("decode_gb_per_s", "prefill_tflop_per_s"):
+            value = number(hardware, key)
+            if value is not None and value > self.best_rates.get(key, 0.0):
+                self.best_rates[key] = value
         throughput = section(snapshot, "throughput")
         rates = tuple(  # the first point (or after a restart): the window's averages
             number(throughput, key) or 0.0

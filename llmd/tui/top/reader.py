@@ -114,6 +114,9 @@ def read_efficiency(snapshot: dict[str, Any]) -> EfficiencyView:
         peak_gb_per_s=number(hardware, "peak_gb_per_s"),
         prefill_tflop_per_s=number(hardware, "prefill_tflop_per_s"),
         peak_tflop_per_s=number(hardware, "peak_tflop_per_s"),
+        peak_source=hardware.get("peak_source")
+        if isinstance(hardware.get("peak_source"), str)
+        else None,
     )
 
 

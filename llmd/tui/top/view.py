@@ -124,6 +124,11 @@ class EfficiencyView:
     peak_gb_per_s: float | None = None
     prefill_tflop_per_s: float | None = None
     peak_tflop_per_s: float | None = None
+    peak_source: str | None = None
+    """Where the peaks come from when the daemon says ("measured" at start-up, "published")."""
+    best_decode_gb_per_s: float | None = None
+    """The highest decode bandwidth seen since top started: the yardstick without a peak."""
+    best_prefill_tflop_per_s: float | None = None
 
 
 @dataclass(frozen=True)

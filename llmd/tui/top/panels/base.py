@@ -14,20 +14,30 @@ from llmd.tui.top.view import TopView
 
 
 class Panel(Widget):
-    """A screen region of `llmd top`; subclasses implement `draw`."""
+    """A screen region of `llmd top`; subclasses implement `draw` and name what they read."""
 
     TITLE = ""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.view: TopView | None = None
+        self._drawn_state: object = _NOTHING
         if self.TITLE:
             self.border_title = self.TITLE
 
-    def show(self, view: TopView) -> None:
-        """Redraw from `view`."""
+    def state_of(self, view: TopView) -> object:
+        """The part of `view` this panel draws: when it is unchanged, nothing is redrawn."""
+        return view
+
+    def show(self, view: TopView) -> bool:
+        """Redraw from `view` if what this panel shows changed; True when it did."""
         self.view = view
+        state = (view.has_snapshot, self.state_of(view))
+        if state == self._drawn_state:
+            return False
+        self._drawn_state = state
         self.refresh()
+        return True
 
     def render(self) -> RenderableType:
         if self.view is None or not self.view.has_snapshot:
@@ -38,6 +48,15 @@ class Panel(Widget):
     def draw(self, view: TopView, width: int, height: int) -> RenderableType:
         """The panel's content for a `width` x `height` region."""
         raise NotImplementedError
+
+
+_NOTHING = object()
+"""The drawn state of a panel that has not drawn yet (equal to no state)."""
+
+
+def wrapped(lines: list[Text], width: int, console) -> list[Text]:
+    """Each line word-wrapped to `width` (long prose wraps instead of being cut)."""
+    return [part for line in lines for part in line.wrap(console, max(1, width))]
 
 
 def labeled(label: str, value: str, label_width: int, style: str = "") -> Text:

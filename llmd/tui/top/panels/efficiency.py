@@ -5,20 +5,30 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmd.tui.formatting import bar, fmt_number, fmt_percent
-from llmd.tui.top.panels.base import Panel, join_lines
+from llmd.tui.top.panels.base import Panel, join_lines, wrapped
 from llmd.tui.top.view import TopView
 
 
-def against_peak(achieved: float | None, peak: float | None, unit: str, width: int) -> Text:
-    """'0.19 GB/s, 4% of 4.8k GB/s ██░░' or 'peak unknown' when the daemon gave no peak."""
+def against_peak(
+    achieved: float | None,
+    peak: float | None,
+    unit: str,
+    width: int,
+    best: float | None = None,
+    source: str | None = None,
+) -> Text:
+    """'0.19 GB/s, 4% of 4.8k GB/s ██░░', or against the best seen when there is no peak."""
     text = Text(f"{fmt_number(achieved)} {unit}", style="bold")
     if achieved is None:
         return text
     if not peak:
-        text.append(" (peak unknown)", style="dim")
+        if best:
+            text.append(f", {fmt_percent(achieved / best)} of the best seen ({fmt_number(best)})")
+        text.append(" · no device peak", style="dim")
         return text
     share = achieved / peak
-    text.append(f", {fmt_percent(share)} of {fmt_number(peak)} ")
+    kind = f"{source} peak " if source else ""
+    text.append(f", {fmt_percent(share)} of {kind}{fmt_number(peak)} ")
     style = "green" if share >= 0.5 else "yellow" if share >= 0.2 else "red"
     text.append(bar((min(1.0, share),), "█", max(0, width - len(text.plain)), "░"), style=style)
     return text
@@ -29,6 +39,9 @@ class EfficiencyPanel(Panel):
 
     TITLE = "Efficiency"
 
+    def state_of(self, view: TopView) -> object:
+        return view.efficiency
+
     def draw(self, view: TopView, width: int, height: int) -> Text:
         efficiency = view.efficiency
         label_width = 9
@@ -38,16 +51,26 @@ class EfficiencyPanel(Panel):
         busy.append(" of wall time in steps", style="dim")
         decode = Text("decode".ljust(label_width), style="dim")
         decode.append_text(
-            against_peak(efficiency.decode_gb_per_s, efficiency.peak_gb_per_s, "GB/s", rest)
+            against_peak(
+                efficiency.decode_gb_per_s,
+                efficiency.peak_gb_per_s,
+                "GB/s",
+                rest,
+                efficiency.best_decode_gb_per_s,
+                efficiency.peak_source,
+            )
         )
         prefill = Text("prefill".ljust(label_width), style="dim")
         prefill.append_text(
             against_peak(
-                efficiency.prefill_tflop_per_s, efficiency.peak_tflop_per_s, "TFLOP/s", rest
+                efficiency.prefill_tflop_per_s,
+                efficiency.peak_tflop_per_s,
+                "TFLOP/s",
+                rest,
+                efficiency.best_prefill_tflop_per_s,
+                efficiency.peak_source,
             )
         )
         note = Text("decode: weight+KV bytes/s · prefill: 2·params·tok/s", style="dim")
-        lines = [busy, decode, prefill, note]
-        for line in lines:
-            line.truncate(width, overflow="ellipsis")
+        lines = wrapped([busy, decode, prefill, note], width, self.app.console)
         return join_lines(lines, height)

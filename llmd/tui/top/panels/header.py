@@ -44,6 +44,9 @@ class HeaderPanel(Panel):
         super().__init__(**kwargs)
         self.address = address
 
+    def state_of(self, view: TopView) -> object:
+        return view.header, view.connection
+
     def render(self) -> RenderableType:
         size = self.content_size
         view = self.view or TopView()
@@ -59,7 +62,7 @@ class HeaderPanel(Panel):
         device = f"{header.device or MISSING}/{header.dtype or MISSING}"
         state = header.state or MISSING
         facts = [
-            model.rsplit("/", 1)[-1] if width < 120 else model,
+            model.rstrip("/").rsplit("/", 1)[-1],  # the name, not where it lives on disk
             device,
             f"up {fmt_uptime(header.uptime_s)}",
             policy_text(header),
@@ -80,7 +83,7 @@ class HeaderPanel(Panel):
             details.append(f"{header.attention_backend} attention")
         if header.device_name and header.device_name != header.device:
             details.append(header.device_name)
-        where = truncate(" · ".join(details), width // 2)
+        where = truncate(" · ".join(details), max(width // 2, width - len(status.plain) - 2))
         second = Text(where, style="dim")
         second.append("  ")
         second.append_text(status)

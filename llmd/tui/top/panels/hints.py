@@ -4,31 +4,53 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmd.tui.top.panels.base import Panel, join_lines
+from llmd.tui.top.panels.base import Panel, join_lines, wrapped
 from llmd.tui.top.view import Hint, TopView
+
+NO_HINT = "no known bottleneck showing"
 
 
 class HintsPanel(Panel):
-    """One line per hint (wrapped when there is room), or a note that none applies."""
+    """Every hint, word-wrapped and never cut; the panel grows to the lines they need."""
 
     TITLE = "Hints"
 
-    def draw(self, view: TopView, width: int, height: int) -> Text:
+    def state_of(self, view: TopView) -> object:
+        return view.hints
+
+    def groups(self, view: TopView | None, width: int) -> list[list[Text]]:
+        """Each hint's wrapped lines (or the note that none fires)."""
+        if view is None or not view.has_snapshot:
+            return [[Text("waiting for the first snapshot…", style="dim")]]
         if not view.hints:
-            return Text("no known bottleneck showing", style="dim")
-        lines = [hint_line(hint) for hint in view.hints]
-        wrapped = [part for line in lines for part in line.wrap(self.app.console, width)]
-        if len(wrapped) <= height:
-            return join_lines(list(wrapped), height)
-        shown = lines[:height]
-        num_hidden = len(lines) - len(shown)
-        for line in shown:
-            line.truncate(width, overflow="ellipsis")
-        if num_hidden:
-            suffix = f" (+{num_hidden} more)"
-            shown[-1].truncate(max(1, width - len(suffix)), overflow="ellipsis")
-            shown[-1].append(suffix, style="bold")
-        return join_lines(shown, height)
+            return [[Text(NO_HINT, style="dim")]]
+        return [wrapped([hint_line(hint)], width, self.app.console) for hint in view.hints]
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return sum(len(group) for group in self.groups(self.view, width))
+
+    def show(self, view: TopView) -> bool:
+        width = self.content_size.width or 80
+        num_lines = self.get_content_height(None, None, width)
+        is_changed = super().show(view)
+        if is_changed and self.get_content_height(None, None, width) != num_lines:
+            self.refresh(layout=True)  # the panel's height follows its content
+        return is_changed
+
+    def draw(self, view: TopView, width: int, height: int) -> Text:
+        groups = self.groups(view, width)
+        if sum(len(group) for group in groups) <= height:
+            return join_lines([line for group in groups for line in group], height)
+        lines: list[Text] = []  # whole hints only, and a line that says what did not fit
+        for index, group in enumerate(groups):
+            if len(lines) + len(group) > height - 1:
+                num_more = len(groups) - index
+                number = self.border_title.split(" ", 1)[0] if self.border_title else "9"
+                note = f"▲ +{num_more} more hint{'s' if num_more > 1 else ''}: press {number}"
+                lines.append(Text(note, style="bold yellow"))
+                break
+            lines.extend(group)
+        return join_lines(lines, height)
 
 
 def hint_line(hint: Hint) -> Text:

@@ -7,7 +7,7 @@ from rich.text import Text
 from llmd.metrics import CACHED, FREE, SHARED
 from llmd.tui.formatting import bar, fmt_percent
 from llmd.tui.top.block_grid import glyph, grid_rows, owner_glyph
-from llmd.tui.top.panels.base import Panel, join_lines
+from llmd.tui.top.panels.base import Panel, join_lines, wrapped
 from llmd.tui.top.view import TopView
 
 OWNER_COLORS = (
@@ -33,6 +33,9 @@ class KVCachePanel(Panel):
 
     TITLE = "KV cache"
 
+    def state_of(self, view: TopView) -> object:
+        return view.kv
+
     def draw(self, view: TopView, width: int, height: int) -> Text:
         kv = view.kv
         total = max(1, kv.num_total)
@@ -49,26 +52,35 @@ class KVCachePanel(Panel):
         counts.append(f" · cached {kv.num_cached}", style=CACHED_STYLE)
         counts.append(f" · free {kv.num_free} / {kv.num_total} blocks{block_size}")
         hit = Text(f"prefix-cache hit rate {fmt_percent(kv.prefix_hit_rate)}", style="dim")
-        lines = [occupancy, counts, hit]
-        map_rows = height - len(lines) - 1
-        if kv.cells and map_rows > 0:
-            lines += self._block_map(view, width, map_rows)
+        lines = [occupancy, *wrapped([counts], width, self.app.console), hit]
         for line in lines:
             line.truncate(width, overflow="ellipsis")
+        if kv.cells:
+            legend = wrapped([self._legend(view, 1)], width, self.app.console)
+            map_rows = height - len(lines) - len(legend)
+            if map_rows > 0:
+                grid, group = self._block_map(view, width, map_rows)
+                lines += grid + wrapped([self._legend(view, group)], width, self.app.console)
         return join_lines(lines, height)
 
-    def _block_map(self, view: TopView, width: int, max_rows: int) -> list[Text]:
-        kv = view.kv
-        rows, group = grid_rows(kv.cells, width, max_rows)
+    def _block_map(self, view: TopView, width: int, max_rows: int) -> tuple[list[Text], int]:
+        """The grid's rows and how many map cells each grid cell stands for."""
+        rows, group = grid_rows(view.kv.cells, width, max_rows)
         lines = []
         for row in rows:
             line = Text()
             for code in row:
                 line.append(glyph(code), style=cell_style(code))
             lines.append(line)
+        return lines, group
+
+    @staticmethod
+    def _legend(view: TopView, group: int) -> Text:
+        """Which glyph is whose, and how many blocks one cell stands for."""
+        kv = view.kv
         blocks = kv.blocks_per_cell * group
         legend = Text(f"1 cell = {blocks} block{'s' if blocks > 1 else ''}: ", style="dim")
         for index, owner in enumerate(kv.owners):
             legend.append(f"{owner_glyph(index)} {owner} ", style=cell_style(index))
         legend.append(f"{glyph(SHARED)} shared {glyph(CACHED)} cached {glyph(FREE)} free", "dim")
-        return [*lines, legend]
+        return legend

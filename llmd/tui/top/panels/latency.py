@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmd.tui.formatting import MISSING, fmt_number, fmt_percent, fmt_seconds
-from llmd.tui.top.panels.base import Panel, join_lines
+from llmd.tui.top.panels.base import Panel, join_lines, wrapped
 from llmd.tui.top.view import LatencyView, TopView
 
 ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "e2e"), ("queue", "queue"))
@@ -20,7 +20,7 @@ def goodput_text(latency: LatencyView) -> Text:
         slos.append(f"TPOT≤{latency.slo_tpot_ms:g}ms")
     if not slos:
         return Text(
-            f"goodput {fmt_number(latency.goodput_per_s)} req/s (no SLO set: --slo-ttft-ms)",
+            f"goodput {fmt_number(latency.goodput_per_s)} req/s (set an SLO: --slo-ttft-ms)",
             style="dim",
         )
     fraction = latency.goodput_fraction
@@ -40,6 +40,9 @@ class LatencyPanel(Panel):
 
     TITLE = "Latency"
 
+    def state_of(self, view: TopView) -> object:
+        return view.latency
+
     def draw(self, view: TopView, width: int, height: int) -> Text:
         latency = view.latency
         is_wide = width >= 34
@@ -49,14 +52,14 @@ class LatencyPanel(Panel):
         header.append(window, style="dim")
         header.stylize("bold")
         lines = [header]
-        for key, label in ROWS[: max(1, height - 2)]:
+        goodput = wrapped([goodput_text(latency)], width, self.app.console)
+        for key, label in ROWS[: max(1, height - 1 - len(goodput))]:
             values = latency.percentiles.get(key, (None, None, None))
             line = Text(label.ljust(6), style="dim")
             for value in values:
                 shown = MISSING if value is None else fmt_seconds(value)
                 line.append(shown.rjust(column))
             lines.append(line)
-        lines.append(goodput_text(latency))
         for line in lines:
             line.truncate(width, overflow="ellipsis")
-        return join_lines(lines, height)
+        return join_lines(lines + goodput, height)

@@ -17,6 +17,9 @@ class QueuePanel(Panel):
 
     TITLE = "Queue"
 
+    def state_of(self, view: TopView) -> object:
+        return view.queue
+
     def draw(self, view: TopView, width: int, height: int) -> Text:
         queue = view.queue
         series = {
@@ -35,7 +38,7 @@ class QueuePanel(Panel):
             line.append(sparkline(history, spark_width, ceiling), style=STYLES[name])
             lines.append(line)
         growth = queue.waiting_growth_per_s
-        is_wide = width >= 30
+        is_wide = width >= 32
         if growth is not None:
             label = "waiting" if is_wide else "wait"
             lines.append(Text(f"{label} {growth:+.1f}/s (last 10s)", style="dim"))

@@ -77,7 +77,7 @@ def fit_columns(width: int) -> list[Column]:
     spare = width - sum(c.width + 1 for c in columns)
     if spare < 0:
         columns = [
-            Column(c.title, 6, c.sort_key, c.cell) if c.title == "progress" else c for c in columns
+            Column("prog", 6, c.sort_key, c.cell) if c.title == "progress" else c for c in columns
         ]
     elif spare > 0:
         columns = [
@@ -90,10 +90,11 @@ def fit_columns(width: int) -> list[Column]:
 
 
 def visible_range(num_rows: int, selected: int, capacity: int) -> range:
-    """The rows to draw so that the selected one is in view."""
+    """The rows to draw: from the top (live requests first), scrolled only as far as the
+    selected row needs."""
     if num_rows <= capacity:
         return range(num_rows)
-    start = min(max(0, selected - capacity // 2), num_rows - capacity)
+    start = min(max(0, selected - capacity + 1), num_rows - capacity)
     return range(start, start + capacity)
 
 
@@ -102,12 +103,15 @@ class RequestsPanel(Panel):
 
     TITLE = "Requests"
 
+    def state_of(self, view: TopView) -> object:
+        return view.requests, view.num_live_requests, view.selected_request_id, view.sort_key
+
     def draw(self, view: TopView, width: int, height: int) -> Text:
         columns = fit_columns(width)
         header = Text()
         for column in columns:
             marker = "▼" if column.sort_key == view.sort_key else ""
-            title = (column.title + marker).ljust(column.width + 1)
+            title = (column.title[: column.width - len(marker)] + marker).ljust(column.width + 1)
             header.append(title, style="bold underline" if marker else "bold")
         rows = view.requests
         lines = [header]
@@ -131,7 +135,12 @@ class RequestsPanel(Panel):
             if row.request_id == view.selected_request_id:
                 line.stylize("reverse")
             lines.append(line)
-        footer = f"{view.num_live_requests} live · sorted by {view.sort_key} (s) · ↑↓ select"
+        num_hidden_live = view.num_live_requests - sum(
+            1 for index in visible_range(len(rows), selected, capacity)
+            if not rows[index].is_finished
+        )  # fmt: skip
+        more = f" ({num_hidden_live} not shown: 7 zooms)" if num_hidden_live > 0 else ""
+        footer = f"{view.num_live_requests} live{more} · sorted by {view.sort_key} (s) · ↑↓"
         lines = lines[: max(1, height - 1)] + [Text(footer, style="dim")]
         for line in lines:
             line.truncate(width, overflow="ellipsis")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmd.tui.formatting import bar, fmt_number, fmt_percent, fmt_seconds, sparkline
-from llmd.tui.top.panels.base import Panel, join_lines
+from llmd.tui.top.panels.base import Panel, join_lines, wrapped
 from llmd.tui.top.view import TopView
 
 PHASES = (("schedule", "s", "magenta"), ("prepare", "p", "blue"), ("forward", "f", "green"),
@@ -18,13 +18,16 @@ PREFILL_STYLE, DECODE_STYLE = "yellow", "green"
 class StepsPanel(Panel):
     """Per-step token mix (prefill vs decode) and the split of step time by phase."""
 
-    TITLE = "Prefill / decode"
+    TITLE = "Prefill/decode"
+
+    def state_of(self, view: TopView) -> object:
+        return view.steps
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         steps = view.steps
         history = (*steps.prompt_per_step_history, *steps.generation_per_step_history)
         ceiling = max([1.0, *history])
-        spark_width = max(0, width - 18)
+        spark_width = max(0, width - 19)  # label 8, value 5, "/step " 6
         lines = []
         for label, value, series, style in (
             ("prefill", steps.prompt_tokens_per_step, steps.prompt_per_step_history, PREFILL_STYLE),
@@ -35,22 +38,26 @@ class StepsPanel(Panel):
             line.append(f"{fmt_number(value):>5}/step ", style=f"bold {style}")
             line.append(sparkline(series, spark_width, ceiling), style=style)
             lines.append(line)
-        lines.append(
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+        prose = [
             Text(
                 f"step {fmt_seconds(steps.step_mean_s)} mean, {fmt_seconds(steps.step_p99_s)} p99"
                 f" · {fmt_number(steps.steps_per_s)} steps/s",
                 style="dim",
             )
-        )
-        lines += self._phase_lines(view, width)
+        ]
+        phase_bar, *phase_legend = self._phase_lines(view, width)
+        prose += phase_legend
         if steps.prefill_time_share is not None:
             share = steps.prefill_time_share
             line = Text("forward ", style="dim")
             line.append(f"prefill {fmt_percent(share)}", style=PREFILL_STYLE)
             line.append(f" · decode {fmt_percent(1 - share)}", style=DECODE_STYLE)
-            lines.append(line)
-        for line in lines:
-            line.truncate(width, overflow="ellipsis")
+            prose.append(line)
+        console = self.app.console
+        lines += [*wrapped(prose[:1], width, console), phase_bar]
+        lines += wrapped(prose[1:], width, console)
         return join_lines(lines, height)
 
     def _phase_lines(self, view: TopView, width: int) -> list[Text]:

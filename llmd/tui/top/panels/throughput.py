@@ -17,6 +17,9 @@ class ThroughputPanel(Panel):
 
     TITLE = "Throughput"
 
+    def state_of(self, view: TopView) -> object:
+        return view.throughput, view.efficiency
+
     def draw(self, view: TopView, width: int, height: int) -> Text:
         throughput = view.throughput
         label_width = 10 if width >= 34 else 7
@@ -54,18 +57,32 @@ class ThroughputPanel(Panel):
         efficiency = view.efficiency
         busy = Text(f"busy {fmt_percent(efficiency.busy_fraction)}", style="bold")
         busy.append(f" · decode {fmt_number(efficiency.decode_gb_per_s)} GB/s")
-        busy.append(peak_note(efficiency.decode_gb_per_s, efficiency.peak_gb_per_s), style="dim")
+        busy.append(
+            peak_note(
+                efficiency.decode_gb_per_s,
+                efficiency.peak_gb_per_s,
+                efficiency.best_decode_gb_per_s,
+            ),
+            style="dim",
+        )
         prefill = Text(f"prefill {fmt_number(efficiency.prefill_tflop_per_s)} TFLOP/s")
         prefill.append(
-            peak_note(efficiency.prefill_tflop_per_s, efficiency.peak_tflop_per_s), style="dim"
+            peak_note(
+                efficiency.prefill_tflop_per_s,
+                efficiency.peak_tflop_per_s,
+                efficiency.best_prefill_tflop_per_s,
+            ),
+            style="dim",
         )
         return [busy, prefill]
 
 
-def peak_note(achieved: float | None, peak: float | None) -> str:
-    """' (12% of peak)' or ' (peak unknown)'."""
+def peak_note(achieved: float | None, peak: float | None, best: float | None = None) -> str:
+    """' (12% of peak)', or ' (80% of best)' against the best seen when no peak is known."""
     if achieved is None:
         return ""
-    if not peak:
-        return " (peak unknown)"
-    return f" ({fmt_percent(achieved / peak)} of peak)"
+    if peak:
+        return f" ({fmt_percent(achieved / peak)} of peak)"
+    if best:
+        return f" ({fmt_percent(achieved / best)} of best)"
+    return ""

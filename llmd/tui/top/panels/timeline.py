@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmd.tui.formatting import MISSING, fmt_seconds
-from llmd.tui.top.panels.base import Panel, join_lines
+from llmd.tui.top.panels.base import Panel, join_lines, wrapped
 from llmd.tui.top.timeline_strip import LEGEND, PREEMPTED, PREFILL, QUEUED, timeline_strip
 from llmd.tui.top.view import TopView
 
@@ -16,6 +16,11 @@ class TimelinePanel(Panel):
     """Arrival to now (or finish) in one strip, with the milestones as numbers."""
 
     TITLE = "Timeline"
+
+    def state_of(self, view: TopView) -> object:
+        selected = view.selected_request_id
+        is_listed = any(row.request_id == selected for row in view.requests)
+        return view.timeline, selected, is_listed
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         timeline = view.timeline
@@ -48,7 +53,11 @@ class TimelinePanel(Panel):
         end = timeline.finished_s if timeline.finished_s is not None else timeline.age_s
         end_text = fmt_seconds(end) if end is not None else MISSING
         axis = Text("0".ljust(max(1, width - len(end_text))) + end_text, style="dim")
-        lines = [title, milestones, chunks, strip, axis, Text(LEGEND, style="dim")]
-        for line in lines:
-            line.truncate(width, overflow="ellipsis")
+        console = self.app.console
+        lines = [
+            *wrapped([title, milestones, chunks], width, console),
+            strip,
+            axis,
+            *wrapped([Text(LEGEND, style="dim")], width, console),
+        ]
         return join_lines(lines, height)

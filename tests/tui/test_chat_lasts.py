@@ -1,0 +1,140 @@
+"""A chat that lasts: trimming to the context, restarts, /set, /save, multi-line prompts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from llmd.client import DaemonNotRunningError
+from llmd.errors import RequestRejectedError
+from llmd.sampling_params import SamplingParams
+from llmd.tui.chat.assistant_reply import AssistantReply
+from llmd.tui.chat.conversation import MESSAGE_OVERHEAD_CHARS, Conversation
+from llmd.tui.chat.prompt_input import PromptInput
+from tests.tui.fake_client import HEALTH, ScriptedReply
+from tests.tui.test_chat_app import make_app, notices, submit
+from tests.tui.waiting import wait_for
+
+
+def test_the_oldest_exchanges_go_first_and_the_system_prompt_stays():
+    params = SamplingParams(temperature=0.7, max_tokens=512)
+    conversation = Conversation("Be kind.", params)  # 8 chars
+    conversation.max_model_len = 512  # reply reserve: min(512, 256) = 256; prompt budget 256
+    conversation.tokens_per_char = 0.25  # measured by the daemon on an earlier prompt
+    for index in range(10):
+        conversation.begin(f"q{index}")
+        conversation.complete("a" * 188)  # each exchange: (2 + 12) + (188 + 12) = 214 chars
+    # system 20 chars + new prompt "next" 16 chars + 214 per kept exchange, x 0.25 <= 256
+    # -> at most 4 exchanges (4 x 214 + 36 = 892 chars = 223 tokens; 5 would be 276)
+    messages = conversation.begin("next")
+    assert messages[0] == {"role": "system", "content": "Be kind."}
+    assert [m["content"] for m in messages[1::2]][:4] == ["q6", "q7", "q8", "q9"]
+    assert len(messages) == 1 + 4 * 2 + 1
+    assert conversation.num_trimmed == 6
+    assert conversation.estimated_tokens() == round((892 + 0) * 0.25)
+    assert MESSAGE_OVERHEAD_CHARS == 12
+
+
+def test_the_daemons_count_sets_the_estimate_and_max_tokens_never_takes_the_whole_context():
+    conversation = Conversation(None, dataclasses.replace(SamplingParams(), max_tokens=4096))
+    conversation.max_model_len = 512
+    assert conversation.reply_reserve() == 256  # max_tokens capped at half the context
+    messages = [{"role": "user", "content": "x" * 88}]  # 100 chars with the overhead
+    conversation.observe_prompt(messages, 30)
+    assert conversation.tokens_per_char == 0.3
+
+
+def test_the_transcript_is_plain_text():
+    conversation = Conversation("Be kind.")
+    conversation.begin("Hi")
+    conversation.complete("Hello!")
+    assert conversation.transcript() == "[system]\nBe kind.\n\n[user]\nHi\n\n[assistant]\nHello!\n"
+
+
+async def test_a_prompt_the_daemon_finds_too_long_is_sent_again_with_less_history():
+    error = RequestRejectedError("prompt has 300 tokens, but max_model_len is 256", "prompt")
+    app, client = make_app(
+        ScriptedReply(["one"]), ScriptedReply(error=error), ScriptedReply(["two"])
+    )
+    async with app.run_test() as pilot:
+        await wait_for(pilot, lambda: app.conversation.max_model_len == 256)  # from stats
+        await submit(pilot, "first")
+        await wait_for(pilot, lambda: len(app.conversation.turns) == 2)
+        await submit(pilot, "second")
+        await wait_for(pilot, lambda: len(client.requests) == 3 and not app.conversation.is_waiting)
+        texts = notices(app)
+    assert client.requests[2]["messages"] == [{"role": "user", "content": "second"}]
+    assert app.conversation.turns[-1] == {"role": "assistant", "content": "two"}
+    assert (
+        "Dropped the 1 oldest exchange so the conversation fits the model's 256-token context."
+        in texts
+    )
+
+
+async def test_a_restart_and_a_stopped_daemon_are_told_apart_from_esc():
+    app, client = make_app(ScriptedReply(["partial"], hold=True))
+    async with app.run_test() as pilot:
+        await wait_for(pilot, lambda: app.daemon_health is not None)
+        client.health_error = DaemonNotRunningError(
+            "no llmd daemon is answering at ipc:///tmp/fake.sock (no reply for 5s)", "address"
+        )
+        app._fetch_health()
+        await wait_for(pilot, lambda: app.is_daemon_lost)
+        status = str(app.query_one("#status").render())
+        assert status.startswith("tiny-llama (daemon stopped)")
+        client.health_error = None
+        restarted = {**HEALTH, "pid": 5000, "model": "other-model"}
+        client.health = lambda: _coro(restarted)
+        app._fetch_health()
+        await wait_for(pilot, lambda: app.model_name == "other-model")
+        texts = notices(app)
+    assert "The daemon stopped answering at ipc:///tmp/fake.sock; the chat reconnects" in (
+        " ".join(texts)
+    )
+    assert "The daemon restarted (pid 4242 → 5000), now serving other-model." in " ".join(texts)
+
+
+async def _coro(value):
+    return value
+
+
+async def test_a_reply_the_daemon_aborts_says_so():
+    app, client = make_app(ScriptedReply(["partial"], hold=True))
+    async with app.run_test() as pilot:
+        await submit(pilot, "go")
+        reply = app.query_one(AssistantReply)
+        await wait_for(pilot, lambda: reply.text == "partial")
+        await client.abort("fake-1")  # the daemon ends it (draining), not the user
+        await wait_for(pilot, lambda: not app.conversation.is_waiting)
+        stats = str(reply.query_one(".reply-stats").render())
+    assert stats.endswith("· abort (the daemon ended it: stopping?)")
+
+
+async def test_set_alone_lists_every_setting_and_save_writes_the_transcript(tmp_path):
+    app, _ = make_app(ScriptedReply(["Hello!"]))
+    async with app.run_test() as pilot:
+        await submit(pilot, "/set")
+        listing = notices(app)[-1]
+        await submit(pilot, "Hi")
+        await wait_for(pilot, lambda: len(app.conversation.turns) == 2)
+        await submit(pilot, f"/save {tmp_path / 'chat.txt'}")
+        await submit(pilot, f"/save {tmp_path / 'missing' / 'chat.txt'}")
+        texts = notices(app)
+    for name in ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed",
+                 "repetition_penalty", "presence_penalty", "frequency_penalty"):  # fmt: skip
+        assert f"\n{name} " in f"\n{listing}"
+    assert (tmp_path / "chat.txt").read_text() == "[user]\nHi\n\n[assistant]\nHello!\n"
+    assert texts[-1].startswith("Cannot save to ") and "No such file or directory" in texts[-1]
+
+
+async def test_enter_while_a_reply_streams_keeps_the_typed_text_and_lines_can_be_added():
+    app, client = make_app(ScriptedReply(["partial"], hold=True), ScriptedReply(["ok"]))
+    async with app.run_test() as pilot:
+        await submit(pilot, "first")
+        prompt = app.query_one(PromptInput)
+        await pilot.press("n", "e", "x", "t", "enter")
+        assert prompt.value == "next"  # not sent, not lost
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not app.conversation.is_waiting)
+        await pilot.press("ctrl+j", "l", "i", "n", "e", "enter")
+        await wait_for(pilot, lambda: len(client.requests) == 2)
+    assert client.requests[1]["messages"][-1] == {"role": "user", "content": "next\nline"}
