@@ -52,14 +52,27 @@ def run_cli(args: list[str], env: dict[str, str], timeout: float = 60.0):
 
 
 def start_daemon(
-    model_dir: Path, address: str | None, env: dict[str, str], log_path: Path, *extra: str
+    model_dir: Path,
+    address: str | None,
+    env: dict[str, str],
+    log_path: Path,
+    *extra: str,
+    preexec_fn: Any = None,
 ):
-    """Start a foreground daemon process logging to `log_path`; wait until it is healthy."""
+    """Start a foreground daemon process logging to `log_path`; wait until it is healthy.
+
+    `preexec_fn` runs in the child before it starts (to set resource limits, say).
+    """
     command = [sys.executable, "-m", "llmd.cli", "serve", "--model", str(model_dir)]
     command += ENGINE_ARGS + (["--address", address] if address else []) + list(extra)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            command, env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log
+            command,
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            preexec_fn=preexec_fn,
         )
     process.log_path = log_path  # type: ignore[attr-defined]
     wait_healthy(address or _default_address(env), process)
