@@ -65,6 +65,31 @@ class ShuttingDownError(LLMDError):
     code = "shutting_down"
 
 
+class KVCacheIntegrityError(LLMDError, RuntimeError):
+    """The KV block pool's bookkeeping disagrees with itself (a bug, never bad input).
+
+    Raised by the block manager's checks so the engine can tell a corrupted pool from a
+    failing model step, report it and rebuild the pool; it stays inside the engine.
+    """
+
+    code = "kv_cache_integrity"
+
+
+class SchedulerStallError(LLMDError):
+    """The scheduler could run nothing although requests wait and none runs (a bug, not load).
+
+    `request_id` names the request at the head of the queue that could not be admitted; the
+    engine fails that request with this error (clients see `request_failed`) instead of
+    stepping empty plans forever.
+    """
+
+    code = "scheduler_stall"
+
+    def __init__(self, message: str, parameter: str | None = None, *, request_id: str = "") -> None:
+        super().__init__(message, parameter)
+        self.request_id = request_id
+
+
 def require(condition: bool, parameter: str, message: str) -> None:
     """Raise InvalidParameterError naming `parameter` when `condition` is false."""
     if not condition:

@@ -16,6 +16,7 @@ from llmd.engine.request import FinishReason, Request
 from llmd.errors import InvalidParameterError
 from llmd.llm_engine import LLMEngine
 from llmd.outputs import RequestMetrics, RequestOutput, TokenLogprob
+from llmd.protocol.errors import RequestFailedError
 from llmd.sampling_params import SamplingParams
 
 Prompt = str | list[int]
@@ -155,6 +156,8 @@ class LLM:
             request.finish_reason = FinishReason.STOP
             request.stop_reason = delta.stop_string
         output = None
+        if request.finish_reason is FinishReason.ERROR:
+            raise RequestFailedError(request.error_message or "the engine failed this request")
         if request.is_finished:
             if delta.stop_string is None:
                 text += tracked.detokenizer.flush()

@@ -17,7 +17,7 @@ from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.step_stats import StepStats
 from llmd.engine.tokenizer import Tokenizer, load_tokenizer, read_generation_eos_token_ids
-from llmd.errors import InvalidParameterError
+from llmd.errors import InvalidParameterError, KVCacheIntegrityError, SchedulerStallError
 from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
 from llmd.outputs import TokenLogprob
 from llmd.runner.device import device_name, dtype_name
@@ -47,6 +47,8 @@ class StepResult:
 
     updates: list[RequestUpdate]
     stats: StepStats | None
+    integrity_error: KVCacheIntegrityError | None = None
+    """Set when the idle-point pool check failed this step (the pool was then rebuilt)."""
 
 
 class LLMEngine:
@@ -85,6 +87,8 @@ class LLMEngine:
             self.block_manager,
         )
         self.started_at = time.monotonic()
+        self.num_integrity_errors = 0
+        """KV-pool integrity violations found (and repaired) at idle points since start."""
         logger.info(
             "engine ready: model=%s device=%s dtype=%s blocks=%d x %d tokens max_model_len=%d",
             self.model_name,
@@ -177,7 +181,12 @@ class LLMEngine:
     def step(self) -> StepResult:
         """Schedule, run and apply one step; a failing step fails only its own requests."""
         started = time.monotonic()
-        plan = self.scheduler.schedule()
+        try:
+            plan = self.scheduler.schedule()
+        except SchedulerStallError as error:  # never step empty plans forever: fail the head
+            logger.error("scheduler stalled: %s", error)
+            update = self._fail_request(error.request_id, error)
+            return StepResult([update] if update is not None else [], None)
         scheduled = time.monotonic()
         if plan.is_empty:
             return StepResult([], None)
@@ -223,9 +232,25 @@ class LLMEngine:
             total_s=finished_at - started,
             kv_context_tokens=kv_context_tokens,
         )
+        integrity_error = None
         if not self.scheduler.has_unfinished_requests:
-            self.scheduler.check_integrity()  # idle point: the pool must be whole
-        return StepResult(updates, stats)
+            integrity_error = self._check_pool_at_idle()
+        return StepResult(updates, stats, integrity_error)
+
+    def _check_pool_at_idle(self) -> KVCacheIntegrityError | None:
+        """Verify the KV pool when no request holds blocks; on a violation report and rebuild.
+
+        A violation is a bug, but at idle nothing depends on the pool's old state, so the
+        engine logs it, counts it and keeps serving instead of dying with every client.
+        """
+        try:
+            self.scheduler.check_integrity()
+        except KVCacheIntegrityError as error:
+            logger.error("KV pool integrity violated at idle (%s); rebuilding the pool", error)
+            self.num_integrity_errors += 1
+            self.block_manager.rebuild()
+            return error
+        return None
 
     def _fail_plan(self, plan, error: Exception) -> list[RequestUpdate]:
         updates = []
@@ -235,6 +260,13 @@ class LLMEngine:
                 request.error_message = f"{type(error).__name__}: {error}"
                 updates.append(RequestUpdate(request, []))
         return updates
+
+    def _fail_request(self, request_id: str, error: Exception) -> RequestUpdate | None:
+        request = self.scheduler.finish_request(request_id, FinishReason.ERROR)
+        if request is None:
+            return None
+        request.error_message = f"{type(error).__name__}: {error}"
+        return RequestUpdate(request, [])
 
 
 def _config_eos_token_ids(hf_config, model_path) -> tuple[int, ...]:

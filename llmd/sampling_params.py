@@ -7,12 +7,20 @@ validate them without importing torch.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from llmd.errors import InvalidParameterError, require
 
 MAX_LOGPROBS = 20
+MAX_TEMPERATURE = 100.0
+"""Beyond this sampling is uniform anyway; far beyond, float32 logits / temperature break."""
+MIN_REPETITION_PENALTY = 0.01
+MAX_REPETITION_PENALTY = 100.0
+"""Penalties outside these scale logits into float32 overflow (inf, then NaN probabilities)."""
+MAX_INT32 = 2**31 - 1
+"""Bound of counts and token ids: larger values are nonsense and overflow device tensors."""
 
 
 @dataclass(frozen=True)
@@ -53,51 +61,40 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
-        elif not isinstance(self.stop, tuple):
-            object.__setattr__(self, "stop", tuple(self.stop))
-        if not isinstance(self.stop_token_ids, tuple):
-            object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        else:
+            object.__setattr__(self, "stop", _as_tuple("stop", self.stop))
+        object.__setattr__(self, "stop_token_ids", _as_tuple("stop_token_ids", self.stop_token_ids))
         self._validate()
 
     def _validate(self) -> None:
-        _check_number("temperature", self.temperature)
-        require(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
-        _check_int("top_k", self.top_k)
-        require(self.top_k >= 0 or self.top_k == -1, "top_k", f"must be >= 0, got {self.top_k}")
-        _check_number("top_p", self.top_p)
-        require(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
-        _check_number("min_p", self.min_p)
-        require(0 <= self.min_p <= 1, "min_p", f"must be in [0, 1], got {self.min_p}")
+        _check_number("temperature", self.temperature, 0.0, MAX_TEMPERATURE)
+        _check_int("top_k", self.top_k, -1, MAX_INT32)
+        _check_number("top_p", self.top_p, 0.0, 1.0, is_low_open=True)
+        _check_number("min_p", self.min_p, 0.0, 1.0)
         if self.seed is not None:
-            _check_int("seed", self.seed)
-            require(0 <= self.seed < 2**63, "seed", "must be in [0, 2**63)")
-        _check_number("repetition_penalty", self.repetition_penalty)
-        require(self.repetition_penalty > 0, "repetition_penalty", "must be > 0")
-        _check_number("presence_penalty", self.presence_penalty)
-        require(-2 <= self.presence_penalty <= 2, "presence_penalty", "must be in [-2, 2]")
-        _check_number("frequency_penalty", self.frequency_penalty)
-        require(-2 <= self.frequency_penalty <= 2, "frequency_penalty", "must be in [-2, 2]")
-        _check_int("max_tokens", self.max_tokens)
-        require(self.max_tokens >= 1, "max_tokens", f"must be >= 1, got {self.max_tokens}")
-        _check_int("min_tokens", self.min_tokens)
+            _check_int("seed", self.seed, 0, 2**63 - 1)
+        _check_number(
+            "repetition_penalty",
+            self.repetition_penalty,
+            MIN_REPETITION_PENALTY,
+            MAX_REPETITION_PENALTY,
+        )
+        _check_number("presence_penalty", self.presence_penalty, -2.0, 2.0)
+        _check_number("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        _check_int("max_tokens", self.max_tokens, 1, MAX_INT32)
+        _check_int("min_tokens", self.min_tokens, 0, MAX_INT32)
         require(
-            0 <= self.min_tokens <= self.max_tokens,
+            self.min_tokens <= self.max_tokens,
             "min_tokens",
             f"must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}",
         )
         for text in self.stop:
             require(isinstance(text, str) and text != "", "stop", "stop strings must be non-empty")
         for token_id in self.stop_token_ids:
-            _check_int("stop_token_ids", token_id)
-            require(token_id >= 0, "stop_token_ids", "token ids must be >= 0")
+            _check_int("stop_token_ids", token_id, 0, MAX_INT32)
         require(isinstance(self.ignore_eos, bool), "ignore_eos", "must be a boolean")
         if self.logprobs is not None:
-            _check_int("logprobs", self.logprobs)
-            require(
-                0 <= self.logprobs <= MAX_LOGPROBS,
-                "logprobs",
-                f"must be in [0, {MAX_LOGPROBS}], got {self.logprobs}",
-            )
+            _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
         require(
             isinstance(self.skip_special_tokens, bool), "skip_special_tokens", "must be a boolean"
         )
@@ -135,11 +132,31 @@ class SamplingParams:
         return cls(**data)
 
 
-def _check_number(name: str, value: Any) -> None:
+def _as_tuple(name: str, value: Any) -> tuple:
+    """A list or tuple field as a tuple; anything else names the field."""
+    require(isinstance(value, (list, tuple)), name, f"must be a list, got {value!r}")
+    return tuple(value)
+
+
+def _check_number(
+    name: str, value: Any, low: float, high: float, is_low_open: bool = False
+) -> None:
+    """Require a finite real number (an int is accepted) in [low, high], or (low, high]."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    require(ok and value == value, name, f"must be a number, got {value!r}")
+    require(ok, name, f"must be a number, got {value!r}")
+    try:
+        is_finite = math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        is_finite = False
+    require(is_finite, name, f"must be a finite number, got {value!r}")
+    is_in_range = (low < value if is_low_open else low <= value) and value <= high
+    bracket = "(" if is_low_open else "["
+    require(is_in_range, name, f"must be in {bracket}{low:g}, {high:g}], got {value!r}")
 
 
-def _check_int(name: str, value: Any) -> None:
+def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    """Require an integer (not a bool) in [low, high]."""
     ok = isinstance(value, int) and not isinstance(value, bool)
     require(ok, name, f"must be an integer, got {value!r}")
+    require(value >= low, name, f"must be >= {low}, got {value}")
+    require(value <= high, name, f"must be <= {high}, got {value}")

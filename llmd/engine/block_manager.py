@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from llmd.engine.free_block_queue import FreeBlockQueue, KVBlock
 from llmd.engine.request import Request
+from llmd.errors import KVCacheIntegrityError, require
 
 _ROOT_HASH = b"llmd-prefix-root"
 
@@ -46,17 +47,26 @@ class BlockManager:
     """Hands out KV blocks to requests and shares full blocks of identical prefixes."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
-        if num_blocks <= 0 or block_size <= 0:
-            raise ValueError("num_blocks and block_size must be positive")
+        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            require(is_int and value > 0, name, f"must be a positive integer, got {value!r}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.blocks = [KVBlock(i) for i in range(num_blocks)]
+        self.rebuild()
+        self.num_prefix_query_tokens = 0
+        self.num_prefix_hit_tokens = 0
+
+    def rebuild(self) -> None:
+        """Make every block free and forget every cached prefix.
+
+        Only valid while no request holds blocks: it is how the engine starts, and how it
+        recovers from an integrity violation found at an idle point.
+        """
+        self.blocks = [KVBlock(i) for i in range(self.num_blocks)]
         self.free_queue = FreeBlockQueue(self.blocks)
         self.cached_blocks: dict[bytes, KVBlock] = {}
         self.num_cached_free = 0
-        self.num_prefix_query_tokens = 0
-        self.num_prefix_hit_tokens = 0
 
     # ----------------------------------------------------------------- queries
 
@@ -198,7 +208,7 @@ class BlockManager:
             block = self.blocks[block_id]
             block.ref_count -= 1
             if block.ref_count < 0:
-                raise RuntimeError(f"{block} freed more often than allocated")
+                raise KVCacheIntegrityError(f"{block} freed more often than allocated")
             if block.ref_count == 0:
                 self.free_queue.append(block)
                 if block.block_hash is not None:
@@ -223,7 +233,7 @@ class BlockManager:
     # ----------------------------------------------------------------- checks
 
     def check_integrity(self, live_requests: Sequence[Request] = ()) -> None:
-        """Raise RuntimeError if ref counts, the free queue or the prefix map disagree.
+        """Raise KVCacheIntegrityError if ref counts, the free queue or the prefix map disagree.
 
         Given every live request, each block's ref count must equal the number of block
         tables that hold it; run at idle points, where it costs nothing that matters.
@@ -235,20 +245,22 @@ class BlockManager:
         num_cached_free = 0
         for block in self.blocks:
             if block.ref_count != expected[block.block_id]:
-                raise RuntimeError(
+                raise KVCacheIntegrityError(
                     f"{block}: ref count {block.ref_count}, held by {expected[block.block_id]}"
                 )
             in_queue = block in self.free_queue
             if in_queue != (block.ref_count == 0):
-                raise RuntimeError(f"{block}: free-queue membership disagrees with ref count")
+                raise KVCacheIntegrityError(
+                    f"{block}: free-queue membership disagrees with ref count"
+                )
             if in_queue and block.block_hash is not None:
                 num_cached_free += 1
         if num_cached_free != self.num_cached_free:
-            raise RuntimeError(
+            raise KVCacheIntegrityError(
                 f"cached-free counter {self.num_cached_free} != actual {num_cached_free}"
             )
         if sum(1 for _ in self.free_queue) != len(self.free_queue):
-            raise RuntimeError("free queue length counter is wrong")
+            raise KVCacheIntegrityError("free queue length counter is wrong")
         for block_hash, block in self.cached_blocks.items():
             if block.block_hash != block_hash:
-                raise RuntimeError(f"prefix map entry points at {block} with another hash")
+                raise KVCacheIntegrityError(f"prefix map entry points at {block} with another hash")

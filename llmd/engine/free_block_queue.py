@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from llmd.errors import KVCacheIntegrityError
+
 
 class KVBlock:
     """One KV-cache block's bookkeeping: ref count, prefix hash and free-list links."""
@@ -53,7 +55,7 @@ class FreeBlockQueue:
         """Unlink `block`, which must be in this queue."""
         prev_block, next_block = block.prev_free, block.next_free
         if prev_block is None or next_block is None:
-            raise ValueError(f"{block} is not in the free queue")
+            raise KVCacheIntegrityError(f"{block} is not in the free queue")
         prev_block.next_free = next_block
         next_block.prev_free = prev_block
         block.prev_free = block.next_free = None
@@ -62,7 +64,7 @@ class FreeBlockQueue:
     def append(self, block: KVBlock) -> None:
         """Add `block` at the tail (evicted last)."""
         if block.prev_free is not None or block.next_free is not None:
-            raise ValueError(f"{block} is already in the free queue")
+            raise KVCacheIntegrityError(f"{block} is already in the free queue")
         last = self._tail.prev_free
         assert last is not None  # sentinel invariant, never user input
         last.next_free = block

@@ -16,10 +16,11 @@ from llmd.engine.block_manager import BlockManager
 from llmd.engine.request import FinishReason, Request, RequestStatus
 from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
 from llmd.engine.waiting_queue import make_waiting_queue
-from llmd.errors import InvalidParameterError, RequestRejectedError
+from llmd.errors import InvalidParameterError, RequestRejectedError, SchedulerStallError
 
-# Blocks kept free when admitting new requests, so running ones can grow a little before
-# anyone is preempted; a fraction of the pool.
+# Blocks kept free when admitting new requests while others run, so running ones can grow a
+# little before anyone is preempted; a fraction of the pool. With nothing running there is
+# nobody to grow, and no headroom: any request that fits the whole pool can then be admitted.
 ADMISSION_HEADROOM_FRACTION = 0.01
 
 
@@ -48,7 +49,14 @@ class Scheduler:
                 f"{max_len} (prompt plus at least one output token must fit)",
                 "prompt",
             )
-        num_tokens = min(request.max_num_tokens, max_len)
+        num_tokens = request.max_num_tokens
+        if num_tokens > max_len:
+            raise RequestRejectedError(
+                f"prompt ({request.num_prompt_tokens} tokens) plus max_tokens "
+                f"({request.sampling_params.max_tokens}) is {num_tokens} tokens, but "
+                f"max_model_len is {max_len}",
+                "max_tokens",
+            )
         num_blocks = self.block_manager.num_blocks_for(num_tokens)
         if num_blocks > self.block_manager.num_blocks:
             raise RequestRejectedError(
@@ -99,6 +107,14 @@ class Scheduler:
         budget = self._schedule_running(output, budget, now)
         if not output.preempted_request_ids:
             self._schedule_waiting(output, budget, now)
+            if not output.chunks and not self.running and self.waiting:
+                head = self.waiting.peek()
+                raise SchedulerStallError(
+                    f"request {head.request_id!r} ({head.num_tokens} tokens) cannot be admitted "
+                    f"into an idle engine ({self.block_manager.num_free_blocks} of "
+                    f"{self.block_manager.num_blocks} KV blocks free)",
+                    request_id=head.request_id,
+                )
         # Decodes first, so the runner can split the batch into a decode and a prefill part.
         output.chunks.sort(key=lambda chunk: not chunk.is_decode)
         output.num_waiting = len(self.waiting)
@@ -140,9 +156,8 @@ class Scheduler:
                 if not self.config.enable_chunked_prefill:
                     break
                 num_new = budget
-            if not self.block_manager.allocate_slots(
-                request, num_new, hit_blocks, self._admission_headroom
-            ):
+            headroom = self._admission_headroom if self.running else 0
+            if not self.block_manager.allocate_slots(request, num_new, hit_blocks, headroom):
                 break
             self.waiting.pop()
             self.block_manager.record_prefix_lookup(request, num_hit_tokens)

@@ -4,6 +4,7 @@ import pytest
 
 from llmd.engine.block_manager import BlockManager, hash_block
 from llmd.engine.free_block_queue import FreeBlockQueue, KVBlock
+from llmd.errors import InvalidParameterError, KVCacheIntegrityError
 from tests.engine.factories import make_request
 
 
@@ -16,9 +17,9 @@ def test_free_queue_remove_from_middle_and_order():
     queue.append(blocks[2])
     assert [b.block_id for b in queue] == [1, 3, 4, 2]
     assert len(queue) == 4
-    with pytest.raises(ValueError):
+    with pytest.raises(KVCacheIntegrityError, match="already in the free queue"):
         queue.append(blocks[3])
-    with pytest.raises(ValueError):
+    with pytest.raises(KVCacheIntegrityError, match="not in the free queue"):
         queue.remove(blocks[0])
 
 
@@ -130,5 +131,26 @@ def test_integrity_check_catches_leak():
     manager = BlockManager(num_blocks=4, block_size=4)
     request = make_request(num_prompt_tokens=4)
     assert manager.allocate_slots(request, 4)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(KVCacheIntegrityError, match="ref count 1, held by 0"):
         manager.check_integrity([])
+
+
+@pytest.mark.parametrize(
+    ("num_blocks", "block_size", "parameter"),
+    [(0, 4, "num_blocks"), (-1, 4, "num_blocks"), (4, 0, "block_size"), (4, 2.5, "block_size")],
+)
+def test_bad_sizes_are_typed_errors_naming_the_value(num_blocks, block_size, parameter):
+    with pytest.raises(InvalidParameterError) as error:
+        BlockManager(num_blocks=num_blocks, block_size=block_size)
+    assert error.value.parameter == parameter and error.value.code == "invalid_parameter"
+
+
+def test_double_free_is_a_typed_integrity_error():
+    manager = BlockManager(num_blocks=4, block_size=4)
+    request = make_request(num_prompt_tokens=4)
+    assert manager.allocate_slots(request, 4)
+    block_ids = list(request.block_ids)
+    manager.free(request)
+    request.block_ids = block_ids
+    with pytest.raises(KVCacheIntegrityError, match="freed more often than allocated"):
+        manager.free(request)

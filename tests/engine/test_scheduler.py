@@ -5,7 +5,7 @@ import random
 import pytest
 
 from llmd.engine.request import FinishReason, RequestStatus
-from llmd.errors import InvalidParameterError, RequestRejectedError
+from llmd.errors import InvalidParameterError, RequestRejectedError, SchedulerStallError
 from tests.engine.factories import (
     EOS,
     assert_idle_and_clean,
@@ -128,13 +128,27 @@ def test_stop_on_eos_and_stop_token_and_min_tokens():
     assert_idle_and_clean(scheduler)
 
 
-def test_max_model_len_ends_with_length():
+def test_request_exactly_filling_max_model_len_ends_with_length():
     scheduler = make_scheduler(max_model_len=12)
-    request = make_request(num_prompt_tokens=10, max_tokens=100)
+    request = make_request(num_prompt_tokens=10, max_tokens=2)
     scheduler.add_request(request)
     drain(scheduler)
     assert request.num_tokens == 12 and request.finish_reason is FinishReason.LENGTH
     assert_idle_and_clean(scheduler)
+
+
+def test_max_tokens_beyond_max_model_len_is_rejected_naming_both_numbers():
+    """Regression: max_tokens far beyond the context was silently capped at max_model_len."""
+    scheduler = make_scheduler(max_model_len=12)
+    with pytest.raises(RequestRejectedError) as error:
+        scheduler.add_request(make_request(num_prompt_tokens=10, max_tokens=100))
+    assert error.value.code == "request_too_large" and error.value.parameter == "max_tokens"
+    message = str(error.value)
+    assert "max_tokens (100)" in message and "110 tokens" in message
+    assert "max_model_len is 12" in message
+    with pytest.raises(RequestRejectedError):
+        scheduler.add_request(make_request(num_prompt_tokens=10, max_tokens=3))
+    assert not scheduler.has_unfinished_requests
 
 
 def test_preemption_newest_first_and_resume():
@@ -266,3 +280,97 @@ def test_random_lifecycles_leak_free(policy, seed):
     drain(scheduler)
     assert num_added > 500
     assert_idle_and_clean(scheduler)
+
+
+def test_request_filling_the_whole_pool_is_admitted_when_idle():
+    """Regression: admission kept 1% headroom even when idle, so a request that fit the whole
+    KV pool passed `check_servable` but was never admitted, and the queue behind it hung."""
+    scheduler = make_scheduler(
+        num_blocks=128, block_size=4, max_num_batched_tokens=1024, max_model_len=512
+    )
+    big = make_request(num_prompt_tokens=511, max_tokens=1)
+    small = make_request(num_prompt_tokens=4, max_tokens=2)
+    scheduler.add_request(big)
+    scheduler.add_request(small)
+    finished = drain(scheduler)
+    assert [r.request_id for r in finished] == [big.request_id, small.request_id]
+    assert big.num_tokens == 512 and big.finish_reason is FinishReason.LENGTH
+    assert_idle_and_clean(scheduler)
+
+
+def test_headroom_still_kept_while_others_run():
+    """With a request running, admission leaves headroom so the runner can grow first."""
+    scheduler = make_scheduler(
+        num_blocks=100, block_size=4, max_num_batched_tokens=1024, max_model_len=512
+    )
+    runner = make_request(num_prompt_tokens=4, max_tokens=8)
+    scheduler.add_request(runner)
+    run_step(scheduler)  # runner holds 1 block (prompt) and is decoding
+    # 99 blocks are free; the headroom is 1 block, so a 99-block prompt must wait.
+    waiting = make_request(num_prompt_tokens=99 * 4 - 1, max_tokens=1)
+    scheduler.add_request(waiting)
+    output, _ = run_step(scheduler)
+    assert [c.request for c in output.chunks] == [runner]
+    assert waiting.status is RequestStatus.WAITING
+    drain(scheduler)
+    assert waiting.finish_reason is FinishReason.LENGTH
+    assert_idle_and_clean(scheduler)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_accepted_request_finishes_when_engine_idle(seed):
+    """Invariant: whatever add_request accepts is eventually admitted and finishes."""
+    rng = random.Random(seed)
+    num_accepted = num_rejected = 0
+    for _ in range(40):
+        block_size = rng.choice([1, 2, 4, 8, 16])
+        num_blocks = rng.randrange(1, 300)
+        max_model_len = rng.randrange(2, 600)
+        chunked = rng.random() < 0.7
+        scheduler = make_scheduler(
+            num_blocks=num_blocks,
+            block_size=block_size,
+            max_num_seqs=rng.choice([1, 2, 8]),
+            max_num_batched_tokens=rng.choice([1, 7, 64, 4096]) if chunked else max_model_len,
+            max_model_len=max_model_len,
+            enable_chunked_prefill=chunked,
+            enable_prefix_caching=rng.random() < 0.5,
+        )
+        accepted = []
+        shared = [rng.randrange(1, 50) for _ in range(rng.randrange(1, 400))]
+        for _ in range(rng.randrange(1, 6)):
+            capacity = num_blocks * block_size
+            limit = min(capacity, max_model_len)
+            if rng.random() < 0.5:  # near the edge, where admission and servability may differ
+                num_prompt = max(1, limit - rng.randrange(0, 3 * block_size))
+            else:
+                num_prompt = rng.randrange(1, limit + 8)
+            prompt = (shared + [rng.randrange(1, 50) for _ in range(num_prompt)])[:num_prompt]
+            request = make_request(
+                prompt_token_ids=prompt,
+                max_tokens=rng.choice([1, 2, rng.randrange(1, 2 * max_model_len)]),
+            )
+            try:
+                scheduler.add_request(request)
+            except RequestRejectedError:
+                num_rejected += 1
+                continue
+            accepted.append(request)
+        finished = drain(scheduler, max_steps=20_000)
+        assert sorted(r.request_id for r in finished) == sorted(r.request_id for r in accepted)
+        num_accepted += len(accepted)
+        assert_idle_and_clean(scheduler)
+    assert num_accepted > 50 and num_rejected > 5
+
+
+def test_idle_scheduler_that_cannot_admit_raises_instead_of_planning_nothing():
+    """No progress with nothing running is a bug: a typed error, never an endless empty plan."""
+    scheduler = make_scheduler(num_blocks=8, block_size=4, max_model_len=32)
+    leaked = make_request(num_prompt_tokens=20)
+    assert scheduler.block_manager.allocate_slots(leaked, 20)  # 5 blocks held by no request
+    request = make_request(num_prompt_tokens=20, max_tokens=1)
+    scheduler.add_request(request)
+    with pytest.raises(SchedulerStallError) as stalled:
+        scheduler.schedule()
+    assert stalled.value.request_id == request.request_id
+    assert "cannot be admitted" in str(stalled.value)

@@ -7,7 +7,9 @@ from click.testing import CliRunner
 
 from llmd import LLM, SamplingParams
 from llmd.cli import main
+from llmd.engine.request import Request
 from llmd.errors import InvalidParameterError, RequestRejectedError
+from llmd.protocol.errors import RequestFailedError
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +127,45 @@ def test_stop_token_id_kept_in_ids_not_in_text(llm):
     assert stopped.token_ids == full.token_ids[: first + 1]
     assert stopped.finish_reason == "stop" and stopped.stop_reason == stop_id
     assert stopped.text == llm.tokenizer.decode(full.token_ids[:first], skip_special_tokens=False)
+
+
+@pytest.fixture(scope="module")
+def small_pool_llm(tiny_model_dir):
+    """128 blocks of 4 tokens: exactly the tiny model's 512 positions."""
+    return LLM(str(tiny_model_dir), device="cpu", num_blocks=128, block_size=4)
+
+
+@pytest.mark.timeout(120)
+def test_prompt_filling_the_whole_pool_finishes_and_unblocks_the_queue(small_pool_llm):
+    """Regression: a 511-token prompt fit the pool but was never admitted; generate spun."""
+    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    outputs = small_pool_llm.generate([[5] * 511, [6, 7, 8]], params)
+    assert [len(output.token_ids) for output in outputs] == [1, 1]
+    assert small_pool_llm.engine.block_manager.usage().num_used == 0
+
+
+@pytest.mark.timeout(120)
+def test_generate_raises_typed_error_when_the_scheduler_cannot_progress(small_pool_llm):
+    """If an idle engine can admit nothing (here: blocks leaked by a bug), generate raises."""
+    engine = small_pool_llm.engine
+    leaked = Request("leak", [1] * 40, SamplingParams(max_tokens=1))
+    assert engine.block_manager.allocate_slots(leaked, 40)  # 10 blocks held by no request
+    try:
+        with pytest.raises(RequestFailedError, match="cannot be admitted"):
+            small_pool_llm.generate([[5] * 500], SamplingParams(max_tokens=1))
+        assert not engine.has_unfinished_requests()
+    finally:
+        engine.block_manager.free(leaked)
+    outputs = small_pool_llm.generate([[5] * 500], SamplingParams(max_tokens=1))
+    assert len(outputs[0].token_ids) == 1
+
+
+def test_max_tokens_beyond_the_context_is_rejected_not_capped(llm):
+    """Regression: max_tokens=10_000 on a 256-token context was silently capped."""
+    with pytest.raises(RequestRejectedError) as error:
+        llm.generate([[5, 6, 7]], SamplingParams(max_tokens=10_000))
+    assert error.value.code == "request_too_large" and error.value.parameter == "max_tokens"
+    assert "10003 tokens" in str(error.value) and "max_model_len is 256" in str(error.value)
+    outputs = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=253, ignore_eos=True))
+    assert len(outputs[0].token_ids) == 253 and outputs[0].finish_reason == "length"
+    assert not llm.engine.has_unfinished_requests()

@@ -1,0 +1,73 @@
+"""A KV-pool integrity violation at an idle point is a typed, reported error, not a crash."""
+
+from __future__ import annotations
+
+import queue
+
+import pytest
+
+from llmd.config import EngineConfig
+from llmd.daemon.engine_loop import AddCommand, EngineLoop
+from llmd.engine.request import Request
+from llmd.errors import KVCacheIntegrityError
+from llmd.llm_engine import LLMEngine
+from llmd.metrics.serving_metrics import ServingMetrics
+from llmd.sampling_params import SamplingParams
+
+GREEDY_2 = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
+
+
+@pytest.fixture
+def engine(tiny_model_dir):
+    config = EngineConfig.from_kwargs(
+        model=str(tiny_model_dir), device="cpu", num_blocks=32, block_size=4
+    )
+    return LLMEngine(config)
+
+
+def leak_one_block(engine: LLMEngine) -> None:
+    """Simulate a bookkeeping bug: a block held by no live request."""
+    assert engine.block_manager.allocate_slots(Request("leak", [1], GREEDY_2), 1)
+
+
+def run_to_idle(engine: LLMEngine) -> list:
+    results = []
+    while engine.has_unfinished_requests():
+        results.append(engine.step())
+    return results
+
+
+def test_violation_at_idle_is_reported_and_the_pool_rebuilt(engine):
+    leak_one_block(engine)
+    request = engine.add_request([5, 6, 7], GREEDY_2)
+    results = run_to_idle(engine)
+    assert request.num_output_tokens == 2  # the request itself completed normally
+    errors = [result.integrity_error for result in results if result.integrity_error]
+    assert len(errors) == 1 and isinstance(errors[0], KVCacheIntegrityError)
+    assert "held by 0" in str(errors[0])
+    assert engine.num_integrity_errors == 1
+    assert engine.block_manager.usage().num_used == 0  # the leaked block is free again
+    engine.block_manager.check_integrity([])
+    again = engine.add_request([5, 6, 7], GREEDY_2)
+    assert all(result.integrity_error is None for result in run_to_idle(engine))
+    assert again.output_token_ids == request.output_token_ids
+
+
+@pytest.mark.timeout(60)
+def test_violation_does_not_kill_the_daemon_engine_loop(engine):
+    batches: queue.SimpleQueue = queue.SimpleQueue()
+    deaths: list[str] = []
+    loop = EngineLoop(engine, ServingMetrics(), batches.put, deaths.append)
+    loop.start()
+    try:
+        for request_id in ("first", "second"):
+            leak_one_block(engine)
+            loop.submit(AddCommand(request_id, [5, 6, 7], GREEDY_2, 0, 0.0))
+            while True:
+                batch = batches.get(timeout=30)
+                if any(u.is_finished and u.request.request_id == request_id for u in batch.updates):
+                    break
+        assert loop.is_alive and not deaths and loop.dead_error is None
+        assert engine.num_integrity_errors == 2
+    finally:
+        loop.stop()
