@@ -17,13 +17,17 @@ import zmq.asyncio
 
 from llmd.client.completion import Completion, StreamEvent
 from llmd.client.errors import daemon_not_running
+from llmd.client.in_flight import InFlight
 from llmd.client.wire import (
     Liveness,
     build_generate,
+    check_size,
     encode_request,
+    is_duplicate_refusal,
     make_socket,
     new_id_prefix,
     raise_error,
+    with_expiry,
 )
 from llmd.protocol import (
     AbortRequest,
@@ -33,6 +37,7 @@ from llmd.protocol import (
     Finished,
     HealthReply,
     HealthRequest,
+    ProtocolError,
     ShutdownRequest,
     StatsReply,
     StatsRequest,
@@ -62,6 +67,9 @@ class AsyncClient:
         self._open_streams: set[str] = set()
         self._subscriptions: set[str] = set()
         self._liveness = Liveness(timeout)
+        self._in_flight = InFlight()
+        self._hello: asyncio.Task | None = None
+        """The handshake of the current socket (shared by every coroutine that waits on it)."""
 
     # ---------------------------------------------------------------- public API
 
@@ -85,7 +93,7 @@ class AsyncClient:
                     accepted = event
                 elif isinstance(event, Finished):
                     return Completion.from_finished(accepted, event, event.text or "")
-        raise RuntimeError("the event stream ended without a finished message")
+        raise ProtocolError("the daemon ended the request without a finished message")
 
     def stream(
         self,
@@ -160,7 +168,7 @@ class AsyncClient:
         request = ShutdownRequest(self._new_id(), now, timeout)
         queue = self._queue_for(request.id)
         try:
-            await self._send_request(request)
+            await self._send_request(request, is_tracked=False)
             await self._next(request.id, queue)  # "draining"
             if wait:
                 await self._next(request.id, queue)  # "stopped"
@@ -178,13 +186,7 @@ class AsyncClient:
             await self._send_quietly(AbortRequest(request_id))
         for subscription_id in list(self._subscriptions):
             await self._send_quietly(UnsubscribeRequest(subscription_id))
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
-            self._reader = None
-        self._socket.close()
-        self._socket = None
+        await self._drop_socket(linger=None)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -197,12 +199,51 @@ class AsyncClient:
     def _new_id(self) -> str:
         return f"{self._prefix}-{next(self._counter)}"
 
-    def _connected(self) -> zmq.asyncio.Socket:
+    async def _connected(self) -> zmq.asyncio.Socket:
+        """The socket, connected and past its handshake (one per socket, shared)."""
+        loop = asyncio.get_running_loop()
         if self._socket is None:
             self._socket = make_socket(self._context, self.address)  # type: ignore[assignment]
+            self._hello = None
         if self._reader is None or self._reader.done():
-            self._reader = asyncio.get_running_loop().create_task(self._read_forever())
+            self._reader = loop.create_task(self._read_forever())
+        if self._hello is None:
+            self._hello = loop.create_task(self._handshake())
+        try:
+            await asyncio.shield(self._hello)
+        except Exception:
+            await self._drop_socket(linger=0)
+            raise
         return self._socket  # type: ignore[return-value]
+
+    async def _handshake(self) -> None:
+        """Ask a new connection's daemon for its instance id and message limit."""
+        hello = HealthRequest(f"{self._prefix}-hello")
+        queue = self._queue_for(hello.id)
+        socket = self._socket
+        assert socket is not None  # set by _connected
+        try:
+            await asyncio.wait_for(socket.send(encode_request(hello)), self.timeout)
+            reply = await asyncio.wait_for(queue.get(), self.timeout)
+        except asyncio.TimeoutError:
+            raise daemon_not_running(self.address, f"no reply for {self.timeout:g}s") from None
+        finally:
+            self._queues.pop(hello.id, None)
+        if isinstance(reply, BaseException):
+            raise reply
+        self._liveness.heard()
+
+    async def _drop_socket(self, linger: int | None) -> None:
+        """Stop the reader and close the socket (a later call connects afresh)."""
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+            self._reader = None
+        if self._socket is not None:
+            self._socket.close(linger=linger)
+            self._socket = None
+        self._hello = None
 
     def _queue_for(self, request_id: str) -> asyncio.Queue:
         queue: asyncio.Queue = asyncio.Queue()
@@ -210,8 +251,9 @@ class AsyncClient:
         return queue
 
     async def _send(self, message: WireMessage) -> None:
-        socket = self._connected()
-        payload = encode_request(message)
+        payload = encode_request(message)  # a bad value fails here, connected or not
+        socket = await self._connected()
+        check_size(payload, self._in_flight.max_message_bytes)
         try:
             await asyncio.wait_for(socket.send(payload), self.timeout)
         except asyncio.TimeoutError:
@@ -219,9 +261,17 @@ class AsyncClient:
                 self.address, f"could not send for {self.timeout:g}s"
             ) from None
 
-    async def _send_request(self, message: WireMessage) -> None:
-        """Send a request that expects replies: its silence clock starts now."""
+    async def _send_request(
+        self, message: WireMessage, is_tracked: bool = True, is_one_shot: bool = False
+    ) -> None:
+        """Send a request that expects replies: its silence clock starts now.
+
+        A tracked request is one the daemon keeps a record of until its last reply, which
+        health probes ask about.
+        """
         await self._send(message)
+        if is_tracked:
+            self._in_flight.sent(message.id, is_one_shot)  # type: ignore[attr-defined]
         self._liveness.heard()
 
     async def _send_quietly(self, message: WireMessage) -> None:
@@ -234,17 +284,19 @@ class AsyncClient:
         request_id = message.id  # type: ignore[attr-defined]
         queue = self._queue_for(request_id)
         try:
-            await self._send_request(message)
+            is_stats = isinstance(message, StatsRequest)
+            await self._send_request(message, is_tracked=is_stats, is_one_shot=True)
             return await self._next(request_id, queue)
         finally:
             self._queues.pop(request_id, None)
+            self._in_flight.forget(request_id)
 
     async def _events(self, request: Any) -> AsyncIterator[StreamEvent]:
         queue = self._queue_for(request.id)
         self._open_streams.add(request.id)
         is_done = False
         try:
-            await self._send_request(request)
+            await self._send_request(with_expiry(request, self.timeout))
             while True:
                 event = await self._next(request.id, queue)
                 if isinstance(event, Finished):
@@ -258,6 +310,7 @@ class AsyncClient:
         finally:
             self._open_streams.discard(request.id)
             self._queues.pop(request.id, None)
+            self._in_flight.forget(request.id)
             if not is_done:
                 await self._send_quietly(AbortRequest(request.id))
 
@@ -273,6 +326,7 @@ class AsyncClient:
         finally:
             self._subscriptions.discard(request.id)
             self._queues.pop(request.id, None)
+            self._in_flight.forget(request.id)
             await self._send_quietly(UnsubscribeRequest(request.id))
 
     async def _next(self, request_id: str, queue: asyncio.Queue) -> DaemonMessage:
@@ -286,7 +340,8 @@ class AsyncClient:
                         self.address, f"no reply for {self.timeout:g}s"
                     ) from None
                 if self._liveness.should_probe():
-                    await self._send(HealthRequest(f"{self._prefix}-probe"))
+                    probe_id = f"{self._prefix}-probe"
+                    await self._send(HealthRequest(probe_id, self._in_flight.request_ids()))
                     self._liveness.probe_sent()
                 continue
             if isinstance(message, BaseException):
@@ -303,8 +358,13 @@ class AsyncClient:
                 payload = await socket.recv()
                 self._liveness.heard()
                 message = decode_daemon_message(payload, len(payload))
-                queue = self._queues.get(message.id) if message.id is not None else None
-                if queue is not None:
+                for request_id, error in self._in_flight.on_message(message):
+                    lost_queue = self._queues.get(request_id)
+                    if lost_queue is not None:
+                        lost_queue.put_nowait(error)
+                message_id = getattr(message, "id", None)
+                queue = self._queues.get(message_id) if message_id is not None else None
+                if queue is not None and not is_duplicate_refusal(message):
                     queue.put_nowait(message)
         except asyncio.CancelledError:
             raise

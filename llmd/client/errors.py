@@ -23,3 +23,19 @@ def daemon_not_running(address: str, detail: str) -> DaemonNotRunningError:
         f"no llmd daemon is answering at {address} ({detail}); start one with: {command}",
         "address",
     )
+
+
+class RequestLostError(LLMDError):
+    """The daemon has no record of a request the client still waits on; it will never end."""
+
+    code = "request_lost"
+
+
+class DaemonRestartedError(RequestLostError):
+    """The daemon that held the request is gone and another instance serves the address."""
+
+    code = "daemon_restarted"
+
+
+register_error_class(RequestLostError)
+register_error_class(DaemonRestartedError)

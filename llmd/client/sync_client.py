@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -17,13 +18,17 @@ import zmq
 
 from llmd.client.completion import Completion, StreamEvent
 from llmd.client.errors import daemon_not_running
+from llmd.client.in_flight import InFlight
 from llmd.client.wire import (
     Liveness,
     build_generate,
+    check_size,
     encode_request,
+    is_duplicate_refusal,
     make_socket,
     new_id_prefix,
     raise_error,
+    with_expiry,
 )
 from llmd.protocol import (
     AbortRequest,
@@ -34,6 +39,7 @@ from llmd.protocol import (
     Finished,
     HealthReply,
     HealthRequest,
+    ProtocolError,
     ShutdownRequest,
     StatsReply,
     StatsRequest,
@@ -59,10 +65,11 @@ class Client:
         self._socket: zmq.Socket | None = None
         self._prefix = new_id_prefix()
         self._counter = itertools.count(1)
-        self._inboxes: dict[str, deque[DaemonMessage]] = {}
+        self._inboxes: dict[str, deque[DaemonMessage | Exception]] = {}
         self._open_streams: set[str] = set()
         self._subscriptions: set[str] = set()
         self._liveness = Liveness(timeout)
+        self._in_flight = InFlight()
 
     # ---------------------------------------------------------------- public API
 
@@ -85,7 +92,7 @@ class Client:
                 accepted = event
             elif isinstance(event, Finished):
                 return Completion.from_finished(accepted, event, event.text or "")
-        raise RuntimeError("the event stream ended without a finished message")
+        raise ProtocolError("the daemon ended the request without a finished message")
 
     def stream(
         self,
@@ -158,7 +165,7 @@ class Client:
         request = ShutdownRequest(self._new_id(), now, timeout)
         self._inboxes[request.id] = deque()
         try:
-            self._send_request(request)
+            self._send_request(request, is_tracked=False)
             self._next_for(request.id)  # "draining"
             if wait:
                 self._next_for(request.id)  # "stopped"
@@ -193,12 +200,36 @@ class Client:
 
     def _connected(self) -> zmq.Socket:
         if self._socket is None:
-            self._socket = make_socket(self._context, self.address)
+            socket = make_socket(self._context, self.address)
+            try:
+                self._handshake(socket)
+            except BaseException:
+                socket.close(linger=0)
+                raise
+            self._socket = socket
         return self._socket
 
+    def _handshake(self, socket: zmq.Socket) -> None:
+        """Ask a new connection's daemon for its instance id and message limit."""
+        hello = HealthRequest(f"{self._prefix}-hello")
+        deadline = time.monotonic() + self.timeout
+        if not socket.poll(int(self.timeout * 1000), zmq.POLLOUT):
+            raise daemon_not_running(self.address, f"could not send for {self.timeout:g}s")
+        socket.send(encode_request(hello), zmq.NOBLOCK)
+        while (remaining_s := deadline - time.monotonic()) > 0:
+            if not socket.poll(max(1, int(remaining_s * 1000)), zmq.POLLIN):
+                break
+            message = decode_daemon_message(socket.recv())
+            self._in_flight.on_message(message)
+            if isinstance(message, HealthReply) and message.id == hello.id:
+                self._liveness.heard()
+                return
+        raise daemon_not_running(self.address, f"no reply for {self.timeout:g}s")
+
     def _send(self, message: WireMessage) -> None:
+        payload = encode_request(message)  # a bad value fails here, connected or not
         socket = self._connected()
-        payload = encode_request(message)
+        check_size(payload, self._in_flight.max_message_bytes)
         if not socket.poll(int(self.timeout * 1000), zmq.POLLOUT):
             raise daemon_not_running(self.address, f"could not send for {self.timeout:g}s")
         try:
@@ -206,9 +237,17 @@ class Client:
         except zmq.Again:
             raise daemon_not_running(self.address, "the connection was lost") from None
 
-    def _send_request(self, message: WireMessage) -> None:
-        """Send a request that expects replies: its silence clock starts now."""
+    def _send_request(
+        self, message: WireMessage, is_tracked: bool = True, is_one_shot: bool = False
+    ) -> None:
+        """Send a request that expects replies: its silence clock starts now.
+
+        A tracked request is one the daemon keeps a record of until its last reply, which
+        health probes ask about.
+        """
         self._send(message)
+        if is_tracked:
+            self._in_flight.sent(message.id, is_one_shot)  # type: ignore[attr-defined]
         self._liveness.heard()
 
     def _send_quietly(self, message: WireMessage) -> None:
@@ -219,14 +258,17 @@ class Client:
 
     def _request(self, message: WireMessage) -> DaemonMessage:
         """Send and return the single reply (raising an error reply as its exception)."""
-        self._inboxes[message.id] = deque()  # type: ignore[attr-defined]
+        request_id = message.id  # type: ignore[attr-defined]
+        self._inboxes[request_id] = deque()
         try:
-            self._send_request(message)
-            reply = self._next_for(message.id)  # type: ignore[attr-defined]
+            is_stats = isinstance(message, StatsRequest)
+            self._send_request(message, is_tracked=is_stats, is_one_shot=True)
+            reply = self._next_for(request_id)
         finally:
-            self._inboxes.pop(message.id, None)  # type: ignore[attr-defined]
+            self._inboxes.pop(request_id, None)
+            self._in_flight.forget(request_id)
         if not isinstance(reply, (StatsReply, HealthReply, Ack)):
-            raise TypeError(f"unexpected {type(reply).__name__} reply")  # a protocol bug
+            raise ProtocolError(f"unexpected {type(reply).__name__} reply", "type")
         return reply
 
     def _events(self, request: Any) -> Iterator[StreamEvent]:
@@ -234,7 +276,7 @@ class Client:
         self._open_streams.add(request.id)
         is_done = False
         try:
-            self._send_request(request)
+            self._send_request(with_expiry(request, self.timeout))
             while True:
                 event = self._next_for(request.id)
                 if isinstance(event, Finished):
@@ -248,6 +290,7 @@ class Client:
         finally:
             self._open_streams.discard(request.id)
             self._inboxes.pop(request.id, None)
+            self._in_flight.forget(request.id)
             if not is_done:
                 self._send_quietly(AbortRequest(request.id))
 
@@ -263,6 +306,7 @@ class Client:
         finally:
             self._subscriptions.discard(request.id)
             self._inboxes.pop(request.id, None)
+            self._in_flight.forget(request.id)
             self._send_quietly(UnsubscribeRequest(request.id))
 
     def _next_for(self, request_id: str) -> DaemonMessage:
@@ -276,9 +320,12 @@ class Client:
             if self._liveness.is_dead():
                 raise daemon_not_running(self.address, f"no reply for {self.timeout:g}s")
             if self._liveness.should_probe():
-                self._send(HealthRequest(f"{self._prefix}-probe"))
+                probe = HealthRequest(f"{self._prefix}-probe", self._in_flight.request_ids())
+                self._send(probe)
                 self._liveness.probe_sent()
         message = inbox.popleft()
+        if isinstance(message, Exception):
+            raise message
         if isinstance(message, ErrorReply):
             raise_error(message)
         return message
@@ -291,6 +338,11 @@ class Client:
                 return
             self._liveness.heard()
             message = decode_daemon_message(payload, len(payload))
-            inbox = self._inboxes.get(message.id) if message.id is not None else None
-            if inbox is not None:
+            for request_id, error in self._in_flight.on_message(message):
+                lost_inbox = self._inboxes.get(request_id)
+                if lost_inbox is not None:
+                    lost_inbox.append(error)
+            message_id = getattr(message, "id", None)
+            inbox = self._inboxes.get(message_id) if message_id is not None else None
+            if inbox is not None and not is_duplicate_refusal(message):
                 inbox.append(message)

@@ -7,6 +7,7 @@ means the daemon is gone, however long a legitimate generation takes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -18,12 +19,13 @@ import zmq
 from llmd.client.errors import daemon_not_running
 from llmd.errors import InvalidParameterError
 from llmd.protocol import (
-    DEFAULT_MAX_MESSAGE_BYTES,
+    DuplicateRequestIdError,
     ErrorReply,
     GenerateRequest,
     WireMessage,
     encode,
     error_from_code,
+    pack,
     parse_address,
 )
 from llmd.sampling_params import SamplingParams
@@ -53,15 +55,49 @@ def new_id_prefix() -> str:
 
 
 def encode_request(message: WireMessage) -> bytes:
-    """msgpack bytes of a request, refused locally when larger than a daemon accepts."""
-    payload = encode(message)
-    if len(payload) > DEFAULT_MAX_MESSAGE_BYTES:
+    """msgpack bytes of a request; values msgpack cannot carry raise a typed error."""
+    try:
+        return encode(message)
+    except (OverflowError, UnicodeEncodeError, ValueError) as error:
+        # msgpack has no integers beyond 64 bits and UTF-8 has no lone surrogates.
+        field = unencodable_field(message.to_wire())
+        raise InvalidParameterError(f"cannot be sent ({error})", field) from None
+
+
+def check_size(payload: bytes, max_bytes: int) -> None:
+    """Refuse locally a request larger than the daemon accepts (it would answer no more)."""
+    if len(payload) > max_bytes:
         raise InvalidParameterError(
-            f"the request is {len(payload)} bytes; the daemon accepts at most "
-            f"{DEFAULT_MAX_MESSAGE_BYTES}",
+            f"the request is {len(payload)} bytes; the daemon accepts at most {max_bytes} "
+            "(its --max-message-bytes)",
             "prompt",
         )
-    return payload
+
+
+def with_expiry(request: GenerateRequest, timeout: float) -> GenerateRequest:
+    """The request stamped to expire when its sender gives up waiting for the daemon."""
+    return dataclasses.replace(request, expires_at=time.time() + timeout)
+
+
+def unencodable_field(data: dict[str, Any]) -> str | None:
+    """The field (or sampling parameter) of a message map that msgpack cannot encode."""
+    for name, value in data.items():
+        try:
+            pack({name: value})
+        except (OverflowError, UnicodeEncodeError, ValueError):
+            if isinstance(value, dict):
+                return unencodable_field(value) or name
+            return name
+    return None
+
+
+def is_duplicate_refusal(message: Any) -> bool:
+    """An error refusing a generate that reused an id in flight: not about the live request.
+
+    This client never reuses an id, so such a refusal answers a message it did not send as
+    a new request; it must not end the stream that owns the id.
+    """
+    return isinstance(message, ErrorReply) and message.code == DuplicateRequestIdError.code
 
 
 def build_generate(

@@ -56,6 +56,10 @@ class RouteTable:
         """(client id, engine id) of each of a peer's requests."""
         return [(cid, self._engine_ids[(peer, cid)]) for cid in self._by_peer.get(peer, ())]
 
+    def peers(self) -> list[bytes]:
+        """Every peer with requests in flight."""
+        return list(self._by_peer)
+
     def has_peer(self, peer: bytes) -> bool:
         """True while the peer has requests in flight."""
         return peer in self._by_peer

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from typing import Any
 
 import zmq
@@ -37,11 +38,14 @@ from llmd.protocol import (
     AbortRequest,
     Ack,
     Address,
+    DuplicateRequestIdError,
     ErrorReply,
     GenerateRequest,
     HealthReply,
     HealthRequest,
+    Keepalive,
     ProtocolError,
+    RequestExpiredError,
     ShutdownRequest,
     StatsRequest,
     SubscribeRequest,
@@ -52,6 +56,7 @@ from llmd.protocol import (
     parse_message,
     unpack,
 )
+from llmd.protocol.codec import peek_id
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +67,13 @@ FORCED_STOP_GRACE_S = 5.0
 """After aborting everything, how long to wait for the aborts' replies before exiting."""
 SEND_HIGH_WATER_MARK = 100_000
 """Messages queued per peer before a send fails and the peer is treated as gone."""
-HEARTBEAT_IVL_MS = 5_000
-HEARTBEAT_TIMEOUT_MS = 20_000
+HEARTBEAT_IVL_MS = 2_000
+HEARTBEAT_TIMEOUT_MS = 6_000
+"""ZMTP heartbeats drop a connection whose peer machine stopped answering."""
 LINGER_MS = 2_000
+KEEPALIVE_INTERVAL_S = 1.0
+"""A connection with requests in flight hears from the daemon at least this often; a
+keepalive that cannot be delivered reveals a vanished client (its requests are aborted)."""
 
 
 class Daemon:
@@ -75,6 +84,8 @@ class Daemon:
         self.options = options
         self.address = address
         self.started_at = time.monotonic()
+        self.instance_id = uuid.uuid4().hex[:16]
+        """Random per start, in `accepted` and `health`: clients see a restart by it."""
         dtype_bytes = DTYPE_BYTES.get(engine.dtype, 4)
         peak_gb_per_s, peak_tflop_per_s = device_peaks(engine.device_name, engine.dtype)
         self.metrics = ServingMetrics(
@@ -91,7 +102,9 @@ class Daemon:
         self.engine_loop = EngineLoop(
             engine, self.metrics, self._on_engine_batch, lambda m: self.outbox.post(EngineDied(m))
         )
-        self.text_worker = TextWorker(engine, self.engine_loop, self.outbox, self.metrics)
+        self.text_worker = TextWorker(
+            engine, self.engine_loop, self.outbox, self.metrics, self.instance_id
+        )
         self.routes = RouteTable()
         self.stats = StatsPublisher(
             self.engine_loop,
@@ -104,6 +117,9 @@ class Daemon:
         self.state = "ok"
         self.dead_message: str | None = None
         self._gone_peers: set[bytes] = set()
+        self._last_sent: dict[bytes, float] = {}
+        """When each connection with work in flight was last sent anything."""
+        self._next_keepalive = time.monotonic() + KEEPALIVE_INTERVAL_S
         self._drain_deadline: float | None = None
         self._aborted_at: float | None = None
         self._shutdown_requesters: list[tuple[bytes, str]] = []
@@ -163,6 +179,7 @@ class Daemon:
                 for item in self.outbox.drain():
                     self._on_outbox_item(item)
                 self._check_threads()
+                self._send_keepalives()
                 self.stats.run_due()
                 self._check_drain()
         finally:
@@ -201,6 +218,11 @@ class Daemon:
         if len(body) != 1:
             self._reply_error(peer, None, ProtocolError("expected one frame per message"))
             return
+        if len(body[0]) > self.options.max_message_bytes:  # refused under its id when it has one
+            limit = self.options.max_message_bytes
+            error = ProtocolError(f"message of {len(body[0])} bytes exceeds the limit of {limit}")
+            self._reply_error(peer, peek_id(body[0]), error)
+            return
         try:
             data = unpack(body[0], self.options.max_message_bytes)
         except ProtocolError as error:
@@ -231,18 +253,36 @@ class Daemon:
             self.stats.unsubscribe(peer, message.id)
             self._send_message(peer, Ack(message.id, "unsubscribed"))
         elif isinstance(message, HealthRequest):
-            self._send_message(peer, self._health(message.id))
+            self._send_message(peer, self._health(peer, message))
         elif isinstance(message, ShutdownRequest):
             self._send_message(peer, Ack(message.id, "draining"))
             self._on_drain(Drain(message.now, message.timeout_s, (peer, message.id)))
 
     def _on_generate(self, peer: bytes, message: GenerateRequest) -> None:
+        if message.expires_at is not None and time.time() > message.expires_at:
+            late_s = time.time() - message.expires_at
+            logger.info(
+                "dropping request %r of peer %s: it expired %.1fs before it arrived "
+                "(its client gave up waiting)",
+                message.id,
+                peer.hex(),
+                late_s,
+            )
+            raise RequestExpiredError(
+                f"the request arrived {late_s:.1f}s after its expires_at and was not run "
+                "(the client gave up, or its clock is ahead of the daemon's)",
+                "expires_at",
+            )
         if self.state == "draining":
             raise ShuttingDownError("the daemon is shutting down and accepts no new requests")
         if self.state == "dead":
             raise EngineDeadError(f"the engine has died ({self.dead_message})")
         if self.routes.engine_id(peer, message.id) is not None:
-            raise InvalidParameterError(f"request {message.id!r} is already in flight", "id")
+            raise DuplicateRequestIdError(
+                f"request {message.id!r} is already in flight on this connection; this new "
+                "generate is refused and the live request goes on",
+                "id",
+            )
         if len(self.routes) >= self.options.max_queued_requests:
             raise OverloadedError(
                 f"{len(self.routes)} requests are in flight (the limit is "
@@ -280,6 +320,24 @@ class Daemon:
             if error.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 raise
             self._on_peer_gone(peer)
+            return
+        if peer in self._last_sent:
+            self._last_sent[peer] = time.monotonic()
+
+    def _send_keepalives(self) -> None:
+        """Once a second, probe each connection with work in flight that heard nothing lately."""
+        now = time.monotonic()
+        if now < self._next_keepalive:
+            return
+        self._next_keepalive = now + KEEPALIVE_INTERVAL_S
+        busy_peers = set(self.routes.peers()) | self.stats.peers()
+        self._last_sent = {
+            peer: self._last_sent.get(peer, 0.0) for peer in busy_peers - self._gone_peers
+        }
+        keepalive = encode(Keepalive(self.instance_id))
+        for peer, last_sent in list(self._last_sent.items()):
+            if now - last_sent >= KEEPALIVE_INTERVAL_S:
+                self._send(peer, keepalive)
 
     def _on_peer_gone(self, peer: bytes) -> None:
         """The peer disconnected (or stopped reading): abort its requests, drop its streams."""
@@ -318,6 +376,7 @@ class Daemon:
             "attention_backend": engine.runner.backend.name,
             "version": __version__,
             "protocol_version": PROTOCOL_VERSION,
+            "instance_id": self.instance_id,
             "state": self.state,
             "error": self.dead_message,
             "uptime_s": time.monotonic() - self.started_at,
@@ -326,9 +385,15 @@ class Daemon:
             "num_subscriptions": len(self.stats.subscriptions),
         }
 
-    def _health(self, client_id: str) -> HealthReply:
+    def _health(self, peer: bytes, request: HealthRequest) -> HealthReply:
+        unknown = [
+            request_id
+            for request_id in request.request_ids or ()
+            if self.routes.engine_id(peer, request_id) is None
+            and not self.stats.knows(peer, request_id)
+        ]
         return HealthReply(
-            id=client_id,
+            id=request.id,
             status=self.state,
             is_healthy=self.state == "ok",
             pid=os.getpid(),
@@ -339,6 +404,9 @@ class Daemon:
             version=__version__,
             protocol_version=PROTOCOL_VERSION,
             message=self.dead_message,
+            instance_id=self.instance_id,
+            max_message_bytes=self.options.max_message_bytes,
+            unknown_request_ids=unknown,
         )
 
     # ---------------------------------------------------------------- failure and drain

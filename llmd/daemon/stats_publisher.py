@@ -57,6 +57,14 @@ class StatsPublisher:
         """End a subscription (unknown ids are ignored)."""
         self.subscriptions.pop((peer, subscription_id), None)
 
+    def knows(self, peer: bytes, client_id: str) -> bool:
+        """True while `client_id` is a live subscription or an unanswered stats request."""
+        return (peer, client_id) in self.subscriptions or (peer, client_id, False) in self._pending
+
+    def peers(self) -> set[bytes]:
+        """Every peer with a subscription."""
+        return {peer for peer, _ in self.subscriptions}
+
     def drop_peer(self, peer: bytes) -> None:
         """End every subscription of a peer that went away."""
         for key in [key for key in self.subscriptions if key[0] == peer]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from llmd.daemon.engine_loop import (
 )
 from llmd.daemon.live_request import LiveRequest
 from llmd.daemon.outbox import Outbox, Send
+from llmd.daemon.prompt_limits import PromptLimits
 from llmd.engine.detokenizer import IncrementalDetokenizer
 from llmd.engine.request import FinishReason, Request
 from llmd.errors import EngineDeadError, LLMDError
@@ -38,11 +40,14 @@ from llmd.protocol import (
     WireMessage,
     encode,
 )
+from llmd.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 
 NUM_PROGRESS_STEPS = 4
 """Prefill progress is reported at most at each quarter of a long prompt."""
+NUM_TOKENIZER_THREADS = 2
+"""Prompts are tokenized here, off the text thread: a long one never holds up the others."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,15 @@ class NewRequest:
 
 
 @dataclass(frozen=True)
+class Tokenized:
+    """A tokenizer thread finished `job`: its prompt token ids, or the error it raised."""
+
+    job: NewRequest
+    params: SamplingParams
+    future: Future
+
+
+@dataclass(frozen=True)
 class AbortJob:
     """Abort a request (client asked, client vanished, or the daemon is stopping)."""
 
@@ -65,13 +79,25 @@ class AbortJob:
 class TextWorker:
     """Owns the text side of every live request, in one thread."""
 
-    def __init__(self, engine: Any, engine_loop: EngineLoop, outbox: Outbox, metrics: Any):
+    def __init__(
+        self,
+        engine: Any,
+        engine_loop: EngineLoop,
+        outbox: Outbox,
+        metrics: Any,
+        instance_id: str | None = None,
+    ):
         self.tokenizer = engine.tokenizer
+        self.instance_id = instance_id
         self.engine_loop = engine_loop
         self.outbox = outbox
         self.metrics = metrics
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._live: dict[str, LiveRequest] = {}
+        self._tokenizing: dict[str, NewRequest] = {}
+        """Requests whose prompt is in the tokenizer pool, by engine id."""
+        self.limits = PromptLimits(engine.shape.vocab_size, engine.max_model_len)
+        self._pool = ThreadPoolExecutor(NUM_TOKENIZER_THREADS, thread_name_prefix="llmd-tokenize")
         self._thread = threading.Thread(target=self._run, name="llmd-text", daemon=True)
 
     def start(self) -> None:
@@ -87,6 +113,7 @@ class TextWorker:
         self._jobs.put(None)
         if self._thread.is_alive():
             self._thread.join(timeout)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     @property
     def is_alive(self) -> bool:
@@ -105,29 +132,56 @@ class TextWorker:
                     self._on_batch(job)
                 elif isinstance(job, NewRequest):
                     self._on_new(job)
+                elif isinstance(job, Tokenized):
+                    self._on_tokenized(job)
                 elif isinstance(job, AbortJob):
                     self._on_abort(job.engine_id)
             except Exception:  # never let one bad job end the thread
                 logger.exception("text worker failed on %r", type(job).__name__)
 
     def _on_new(self, job: NewRequest) -> None:
+        """Check the request cheaply, then queue it in the engine or the tokenizer pool."""
         message = job.message
         try:
             if self.engine_loop.dead_error is not None:
                 raise EngineDeadError(f"the engine has died ({self.engine_loop.dead_error})")
             params = message.params()
-            if message.prompt is not None:
-                prompt_token_ids = self.tokenizer.encode(message.prompt)
-            elif message.messages is not None:
-                prompt_token_ids = self.tokenizer.apply_chat_template(message.messages)
-            else:
-                prompt_token_ids = list(message.prompt_token_ids or [])
-            detokenizer = IncrementalDetokenizer(
-                self.tokenizer, prompt_token_ids, params.skip_special_tokens, params.stop
-            )
+            if message.prompt_token_ids is not None:
+                prompt_token_ids = list(message.prompt_token_ids)
+                self.limits.check_token_ids(prompt_token_ids)
+                self._add(job, params, prompt_token_ids)
+                return
+            self.limits.check_text(message.prompt, message.messages)
         except Exception as error:
             self._send_error(job.peer, message.id, error)
             return
+        self._tokenizing[job.engine_id] = job
+        future = self._pool.submit(self._tokenize, message)
+        future.add_done_callback(lambda done: self.submit(Tokenized(job, params, done)))
+
+    def _tokenize(self, message: GenerateRequest) -> list[int]:
+        """Runs in a tokenizer thread (the HF tokenizer releases the GIL while it encodes)."""
+        if message.prompt is not None:
+            return self.tokenizer.encode(message.prompt)
+        return self.tokenizer.apply_chat_template(message.messages)
+
+    def _on_tokenized(self, done: Tokenized) -> None:
+        job = self._tokenizing.pop(done.job.engine_id, None)
+        if job is None:
+            return  # aborted while it was being tokenized; its last message is sent
+        try:
+            if self.engine_loop.dead_error is not None:
+                raise EngineDeadError(f"the engine has died ({self.engine_loop.dead_error})")
+            self._add(job, done.params, done.future.result())
+        except Exception as error:
+            self._send_error(job.peer, job.message.id, error)
+
+    def _add(self, job: NewRequest, params: SamplingParams, prompt_token_ids: list[int]) -> None:
+        """Build the request's text state and queue it in the engine."""
+        message = job.message
+        detokenizer = IncrementalDetokenizer(
+            self.tokenizer, prompt_token_ids, params.skip_special_tokens, params.stop
+        )
         self._live[job.engine_id] = LiveRequest(
             job.engine_id, job.peer, message.id, message.stream, params, detokenizer
         )
@@ -136,6 +190,10 @@ class TextWorker:
         )
 
     def _on_abort(self, engine_id: str) -> None:
+        job = self._tokenizing.pop(engine_id, None)
+        if job is not None:  # not in the engine yet: end it here
+            self._send_unstarted_abort(job)
+            return
         live = self._live.get(engine_id)
         if live is not None and not live.is_ending:
             live.is_ending = True
@@ -146,7 +204,8 @@ class TextWorker:
             live = self._live.get(engine_id)
             if live is not None:
                 live.num_prompt_tokens = num_prompt_tokens
-                self._send(live, Accepted(live.client_id, engine_id, num_prompt_tokens))
+                accepted = Accepted(live.client_id, engine_id, num_prompt_tokens, self.instance_id)
+                self._send(live, accepted)
         for engine_id, error in batch.rejected:
             live = self._live.pop(engine_id, None)
             if live is not None:
@@ -250,6 +309,19 @@ class TextWorker:
             num_preemptions=request.num_preemptions,
         )
         self._send(live, finished, is_last=True)
+
+    def _send_unstarted_abort(self, job: NewRequest) -> None:
+        """The last message of a request aborted before the engine ever saw it."""
+        finished = Finished(
+            id=job.message.id,
+            finish_reason=FinishReason.ABORT.value,
+            stop_reason=None,
+            token_ids=[],
+            usage={"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0},
+            timings=dict.fromkeys(("queue", "prefill", "ttft", "decode", "tpot", "e2e")),
+            text=None if job.message.stream else "",
+        )
+        self.outbox.post(Send(job.peer, encode(finished), (job.peer, job.message.id)))
 
     # ---------------------------------------------------------------- output
 

@@ -29,11 +29,18 @@ from llmd.protocol.daemon_messages import (
     ErrorReply,
     Finished,
     HealthReply,
+    Keepalive,
     PrefillProgress,
     StatsReply,
     TokenDelta,
 )
-from llmd.protocol.errors import ProtocolError, RequestFailedError, error_from_code
+from llmd.protocol.errors import (
+    DuplicateRequestIdError,
+    ProtocolError,
+    RequestExpiredError,
+    RequestFailedError,
+    error_from_code,
+)
 from llmd.protocol.schema import PROTOCOL_VERSION, WireMessage, check_envelope
 
 __all__ = [
@@ -47,13 +54,16 @@ __all__ = [
     "Address",
     "ClientMessage",
     "DaemonMessage",
+    "DuplicateRequestIdError",
     "ErrorReply",
     "Finished",
     "GenerateRequest",
     "HealthReply",
     "HealthRequest",
+    "Keepalive",
     "PrefillProgress",
     "ProtocolError",
+    "RequestExpiredError",
     "RequestFailedError",
     "ShutdownRequest",
     "StatsReply",
@@ -68,6 +78,7 @@ __all__ = [
     "encode",
     "error_from_code",
     "message_id",
+    "pack",
     "parse_address",
     "parse_message",
     "runtime_dir",

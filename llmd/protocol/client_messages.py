@@ -18,6 +18,8 @@ MAX_PRIORITY = 2**31
 MIN_SUBSCRIBE_INTERVAL_MS = 50
 MAX_SUBSCRIBE_INTERVAL_MS = 60_000
 MAX_TABLE_ROWS = 1024
+MAX_PROBED_IDS = 100_000
+"""Most request ids one health probe may ask about."""
 
 
 def check_message_id(value: str, name: str = "id") -> None:
@@ -37,6 +39,8 @@ class GenerateRequest(WireMessage):
     sampling_params: dict[str, Any] = field(default_factory=dict)
     stream: bool = True
     priority: int = 0
+    expires_at: float | None = None
+    """Unix time after which the daemon must not start this request: its client gave up."""
 
     def validate(self) -> None:
         check_message_id(self.id)
@@ -151,9 +155,18 @@ class HealthRequest(WireMessage):
 
     TYPE = "health"
     id: str
+    request_ids: list[str] | None = None
+    """Ids of this connection's requests the client still waits on; the reply names the
+    ones the daemon has no record of (lost in a crash or with a dropped connection)."""
 
     def validate(self) -> None:
         check_message_id(self.id)
+        if self.request_ids is not None:
+            require(
+                len(self.request_ids) <= MAX_PROBED_IDS,
+                "request_ids",
+                f"must list at most {MAX_PROBED_IDS} ids",
+            )
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ each as a ProtocolError instead of raising whatever msgpack raised.
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import msgpack
@@ -50,6 +51,29 @@ def unpack(payload: bytes, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> dict[s
         raise ProtocolError(f"a message must be a map, got {type(data).__name__}")
     check_plain(data)
     return data
+
+
+def peek_id(payload: bytes) -> str | None:
+    """The "id" of a message too large to decode, read from its first few keys, if there.
+
+    Messages put "type", "v" and "id" first, so an oversize request can still be refused
+    under its own id (its sender would otherwise wait for an answer that never comes).
+    """
+    unpacker = msgpack.Unpacker(
+        io.BytesIO(payload), raw=False, ext_hook=_refuse_extension, max_buffer_size=0
+    )
+    try:
+        num_entries = unpacker.read_map_header()
+        for _ in range(min(num_entries, 4)):
+            key = unpacker.unpack()
+            if key != "id":
+                unpacker.skip()
+                continue
+            value = unpacker.unpack()
+            return value if isinstance(value, str) and 0 < len(value) <= 128 else None
+    except Exception:  # anything malformed: no id to answer under
+        return None
+    return None
 
 
 def check_plain(value: Any, depth: int = 0) -> None:

@@ -23,6 +23,9 @@ class Accepted(WireMessage):
     id: str
     request_id: str
     num_prompt_tokens: int
+    instance_id: str | None = None
+    """The daemon run that accepted it (random per start): a health reply naming another
+    instance means the request died with the daemon that had it."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,24 @@ class HealthReply(WireMessage):
     protocol_version: int
     message: str | None = None
     """Why the daemon is unhealthy, when it is."""
+    instance_id: str | None = None
+    """Random per daemon start: a change means the daemon restarted."""
+    max_message_bytes: int | None = None
+    """The largest message the daemon accepts (its --max-message-bytes)."""
+    unknown_request_ids: list[str] = field(default_factory=list)
+    """Those of the probe's `request_ids` this daemon has no record of for this connection."""
+
+
+@dataclass(frozen=True)
+class Keepalive(WireMessage):
+    """Sent to a connection with requests in flight that got nothing else for a second.
+
+    Its delivery failing is how the daemon notices, within seconds, a client that is gone,
+    and it tells the client that the daemon still works on its requests.
+    """
+
+    TYPE = "keepalive"
+    instance_id: str
 
 
 @dataclass(frozen=True)
@@ -122,7 +143,15 @@ class Ack(WireMessage):
 
 
 DaemonMessage = (
-    Accepted | PrefillProgress | TokenDelta | Finished | ErrorReply | StatsReply | HealthReply | Ack
+    Accepted
+    | PrefillProgress
+    | TokenDelta
+    | Finished
+    | ErrorReply
+    | StatsReply
+    | HealthReply
+    | Ack
+    | Keepalive
 )
 
 DAEMON_MESSAGE_TYPES: dict[str, type[WireMessage]] = {
@@ -136,5 +165,6 @@ DAEMON_MESSAGE_TYPES: dict[str, type[WireMessage]] = {
         StatsReply,
         HealthReply,
         Ack,
+        Keepalive,
     )
 }

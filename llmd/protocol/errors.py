@@ -16,6 +16,22 @@ class ProtocolError(LLMDError):
     code = "protocol_error"
 
 
+class DuplicateRequestIdError(LLMDError):
+    """A generate reused the id of this connection's request still in flight; only it is refused.
+
+    A code of its own, so that a peer never mistakes the refusal of the new message for
+    the end of the live request that has the same id.
+    """
+
+    code = "duplicate_request_id"
+
+
+class RequestExpiredError(LLMDError):
+    """A generate arrived after its `expires_at`: its client had given up, so it never ran."""
+
+    code = "request_expired"
+
+
 class RequestFailedError(LLMDError):
     """The engine failed while computing this request (other requests were not affected)."""
 
@@ -25,7 +41,7 @@ class RequestFailedError(LLMDError):
 def _error_classes() -> dict[str, type[LLMDError]]:
     classes: dict[str, type[LLMDError]] = {"internal": LLMDError}
     candidates = [getattr(errors, name) for name in dir(errors)]
-    candidates += [ProtocolError, RequestFailedError]
+    candidates += [ProtocolError, RequestFailedError, DuplicateRequestIdError, RequestExpiredError]
     for candidate in candidates:
         if isinstance(candidate, type) and issubclass(candidate, LLMDError):
             classes.setdefault(candidate.code, candidate)

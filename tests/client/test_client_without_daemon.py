@@ -85,11 +85,28 @@ def test_bad_requests_fail_before_sending():
     assert error.value.parameter == "params"
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"prompt": "lone \ud800 surrogate"}, "prompt"),
+        ({"messages": [{"role": "user", "content": "\udfff"}]}, "messages"),
+        ({"prompt_token_ids": [1, 2**64]}, "prompt_token_ids"),
+        ({"prompt": "x", "params": {"stop": ["\ud800"]}}, "stop"),
+    ],
+)
+def test_values_msgpack_cannot_carry_are_typed_errors_naming_the_field(kwargs, field):
+    address = f"tcp://127.0.0.1:{free_tcp_port()}"
+    with Client(address, timeout=0.5) as client, pytest.raises(InvalidParameterError) as error:
+        client.generate(**kwargs)
+    assert error.value.parameter == field
+
+
 class FakeDaemon:
     """A ROUTER on a thread that answers with scripted replies and records what it got.
 
-    Health probes are answered; after `finish_after_probes` of them it finishes the last
-    generate request, and with `is_mute` it answers nothing at all after the script.
+    Handshakes are answered and not recorded; health probes are answered; after
+    `finish_after_probes` of them it finishes the last generate request, and with
+    `is_mute` it answers nothing at all after the script.
     """
 
     def __init__(self, address: str, script, finish_after_probes: int | None = None) -> None:
@@ -112,6 +129,10 @@ class FakeDaemon:
                 continue
             peer, payload = self._socket.recv_multipart()
             message = decode_client_message(payload)
+            if isinstance(message, HealthRequest) and message.id.endswith("-hello"):
+                reply = HealthReply(message.id, "ok", True, 1, "fake", self.address, 0.0, 0, "0", 1)
+                self._socket.send_multipart([peer, encode(reply)])  # a new client's handshake
+                continue
             self.received.append(message)
             replies = []
             if self.is_mute:
@@ -187,6 +208,25 @@ def test_a_daemon_that_goes_quiet_raises_not_running(fake_address):
             with pytest.raises(DaemonNotRunningError, match="no reply"):
                 list(stream)
             assert time.monotonic() - started < 1.5
+    finally:
+        fake.close()
+
+
+def test_a_duplicate_id_refusal_leaves_the_live_stream_alone(fake_address):
+    def refused_midway(message):
+        yield Accepted(message.id, "req-1", 3)
+        yield TokenDelta(message.id, "a", [1])
+        yield ErrorReply(message.id, "duplicate_request_id", "already in flight", "id")
+        yield TokenDelta(message.id, "b", [2])
+        yield Finished(message.id, "length", None, [1, 2], {}, {})
+
+    fake = FakeDaemon(fake_address, refused_midway)
+    try:
+        with Client(fake.address) as client:
+            events = list(client.stream("x"))
+        assert [type(e).__name__ for e in events] == [
+            "Accepted", "TokenDelta", "TokenDelta", "Finished"
+        ]  # fmt: skip
     finally:
         fake.close()
 

@@ -158,7 +158,7 @@ def test_duplicate_request_id_is_refused(daemon):
     peer.send_map(request)
     while not isinstance(reply := peer.receive(), ErrorReply):
         assert isinstance(reply, (Accepted, TokenDelta))  # of the first request
-    assert (reply.id, reply.code, reply.parameter) == ("same", "invalid_parameter", "id")
+    assert (reply.id, reply.code, reply.parameter) == ("same", "duplicate_request_id", "id")
     peer.send_map({"type": "abort", "v": 1, "id": "same"})
     while not isinstance(reply := peer.receive(), Finished):
         assert isinstance(reply, (Accepted, TokenDelta))

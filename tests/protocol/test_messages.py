@@ -17,6 +17,7 @@ from llmd.protocol import (
     GenerateRequest,
     HealthReply,
     HealthRequest,
+    Keepalive,
     PrefillProgress,
     ProtocolError,
     ShutdownRequest,
@@ -40,10 +41,13 @@ CLIENT_EXAMPLES = [
     SubscribeRequest("sub", interval_ms=250),
     UnsubscribeRequest("sub"),
     HealthRequest("h"),
+    HealthRequest("probe", request_ids=["g1", "sub"]),
+    GenerateRequest("g4", prompt="x", expires_at=1_800_000_000.5),
     ShutdownRequest("stop", now=True, timeout_s=2.5),
 ]
 DAEMON_EXAMPLES = [
     Accepted("g1", "req-1", 5),
+    Accepted("g1", "req-1", 5, instance_id="0123abcd"),
     PrefillProgress("g1", 64, 200),
     TokenDelta("g1", "text", [5, 6], [{"token_id": 5, "logprob": -0.1}, {"token_id": 6}]),
     Finished("g1", "stop", ".", [5, 6], {"prompt_tokens": 5}, {"ttft": 0.1, "tpot": None}),
@@ -52,7 +56,23 @@ DAEMON_EXAMPLES = [
     ErrorReply("g1", "invalid_parameter", "must be >= 0", "temperature"),
     StatsReply("s", {"queue": {"running": 1}, "latency": {"ttft": {"p50": None}}}),
     HealthReply("h", "ok", True, 1, "m", "ipc:///x", 1.0, 0, "0.1.0", PROTOCOL_VERSION),
+    HealthReply(
+        "h",
+        "ok",
+        True,
+        1,
+        "m",
+        "ipc:///x",
+        1.0,
+        0,
+        "0.1.0",
+        PROTOCOL_VERSION,
+        instance_id="0123abcd",
+        max_message_bytes=65536,
+        unknown_request_ids=["g9"],
+    ),
     Ack("stop", "draining"),
+    Keepalive("0123abcd"),
 ]
 
 
