@@ -106,7 +106,9 @@ def cases() -> list[tuple[str, str, dict[str, Any], tuple[str, ...]]]:
         if _can_pack(fields):  # msgpack has no integers of 2**64 and beyond
             out.append(("raw", name, dict(fields), names))
     out += [("client", n, f, ns) for n, f, ns in CLIENT_ONLY_CASES]
-    out += [("raw", n, {"prompt": "Hi", **f}, ns) for n, f, ns in RAW_ONLY_CASES]
+    for name, fields, names in RAW_ONLY_CASES:
+        has_input = {"prompt", "prompt_token_ids", "messages"} & set(fields)
+        out.append(("raw", name, fields if has_input else {"prompt": "Hi", **fields}, names))
     return out
 
 

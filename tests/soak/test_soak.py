@@ -73,13 +73,6 @@ def test_every_malformed_frame_is_answered_with_a_typed_error(daemon):
     assert result.passed, result.notes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 9 items 6, 7, 9, 11 (rel-daemon, rel-engine): ids -1 and 2**63 give "
-    "`internal`; temperature=inf, repetition_penalty=1e-45 and max_tokens beyond the context "
-    "are accepted; a lone surrogate and 2**64 raise untyped errors in the client; a prompt "
-    "over the daemon's --max-message-bytes hangs the client",
-)
 def test_bad_requests_get_typed_errors_naming_the_field(daemon):
     result = run_scenario("bad_requests", daemon, is_quick=True)
     assert result.counts["num_typed_naming_field"] == result.counts["num_sent"], result.counts
@@ -108,12 +101,6 @@ def test_many_connections_at_a_low_descriptor_limit(daemon):
     assert result.passed, result.notes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 9 item 2 (rel-daemon): after kill -9 and a quick restart, streams wait "
-    "forever on the new daemon's health replies, and a request sent while the daemon was "
-    "down is run by the new daemon after its client gave up",
-)
 def test_kill_and_restart_loses_nothing_and_runs_nothing_stale(daemon):
     result = run_scenario("crash", daemon, is_quick=True)
     assert result.counts["outcomes"] == {"told": 8}, result.counts
