@@ -1,0 +1,1 @@
+"""Benchmarks of llmd against HF transformers and against the machine's measured limits."""
