@@ -1,1 +1,2 @@
-"""Benchmarks of llmd: a serving load generator, budget sweeps and offline throughput."""
+"""Benchmarks of llmd: a serving load generator, budget sweeps, offline throughput against
+HF transformers, and the machine's measured limits."""

@@ -1,0 +1,290 @@
+"""Offline throughput: llmd's continuous batching against HF transformers' static batching.
+
+A seeded heterogeneous workload (prompts 16-512 tokens, outputs 8-256, EOS ignored) runs
+on a random checkpoint shaped like SmolLM2-135M (or, with --shape, Qwen3-0.6B); both
+engines run in the same process and the report is output tokens/s for each and their
+ratio, the median over --repeats runs. On CPU, --cpu-limits first measures the machine's
+copy bandwidth and GEMM rate and reports decode attention and decode steps against them.
+
+    .venv/bin/python scripts/bench_offline.py --num-requests 64 --repeats 3
+    .venv/bin/python scripts/bench_offline.py --cpu-limits --skip-hf --repeats 0
+    python scripts/bench_offline.py --shape qwen3-0.6b --device cuda --num-requests 256 \\
+        --repeats 1 --hf-batch-size 64 --max-model-len 1024 --warmup-requests 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from llmd.bench.workload import SHAPES, make_checkpoint, make_workload
+
+
+def run_llmd(path: Path, workload, engine_options: dict, info: dict | None = None):
+    """Seconds to finish the whole workload with llmd's engine, and output tokens produced.
+
+    When `info` is given it receives what the engine ran on (device, dtype, backend, KV
+    blocks, CUDA graphs captured and replayed).
+    """
+    from llmd.config import EngineConfig
+    from llmd.llm_engine import LLMEngine
+    from llmd.sampling_params import SamplingParams
+
+    engine = LLMEngine(EngineConfig(model=str(path), skip_tokenizer_init=True, **engine_options))
+    start = time.perf_counter()
+    for prompt, num_output in workload:
+        params = SamplingParams(temperature=0.0, max_tokens=num_output, ignore_eos=True)
+        engine.add_request(prompt, params)
+    num_output_tokens = 0
+    while engine.has_unfinished_requests():
+        for update in engine.step().updates:
+            num_output_tokens += len(update.new_token_ids)
+    elapsed = time.perf_counter() - start
+    if info is not None:
+        runner = engine.runner
+        graph_runner = runner.graph_runner
+        info.update(
+            device=engine.device,
+            dtype=engine.dtype,
+            attention_backend=runner.backend.name,
+            triton_layer_kernels=runner.kernel_config.use_triton,
+            num_kv_blocks=runner.num_blocks,
+            num_cuda_graphs=len(runner.graph_batch_sizes) if graph_runner else 0,
+            num_graph_replays=graph_runner.num_replays if graph_runner else 0,
+            async_scheduling=engine.async_scheduling,
+        )
+    del engine
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the next engine profiles free memory
+    return elapsed, num_output_tokens
+
+
+def run_hf_static(
+    path: Path,
+    workload,
+    batch_size: int,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> tuple[float, int]:
+    """Seconds for HF generate in fixed batches (left-padded, run to the batch's longest output)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    start = time.perf_counter()
+    num_useful_tokens = 0
+    for first in range(0, len(workload), batch_size):
+        batch = workload[first : first + batch_size]
+        max_prompt = max(len(prompt) for prompt, _ in batch)
+        input_ids = torch.zeros(len(batch), max_prompt, dtype=torch.long)
+        attention_mask = torch.zeros(len(batch), max_prompt, dtype=torch.long)
+        for row, (prompt, _) in enumerate(batch):
+            input_ids[row, max_prompt - len(prompt) :] = torch.tensor(prompt)
+            attention_mask[row, max_prompt - len(prompt) :] = 1
+        max_new = max(num_output for _, num_output in batch)
+        with torch.no_grad():
+            model.generate(
+                input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                max_new_tokens=max_new,
+                min_new_tokens=max_new,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        # Only the tokens each request asked for are useful; the rest is static-batching waste.
+        num_useful_tokens += sum(num_output for _, num_output in batch)
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = time.perf_counter() - start
+    del model
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return elapsed, num_useful_tokens
+
+
+def resolve_device_and_dtype(args) -> tuple[str, torch.dtype]:
+    """The device and dtype HF runs with: the same choice llmd's `auto` makes."""
+    from llmd.runner.device import resolve_device, resolve_dtype
+
+    device = resolve_device(args.device)
+    return device.type, resolve_dtype(args.dtype, device)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's flags (also those of `llmd bench offline`)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-requests", type=int, default=64)
+    parser.add_argument("--max-prompt", type=int, default=512)
+    parser.add_argument("--max-output", type=int, default=256)
+    parser.add_argument("--hf-batch-size", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument("--kv-cache-memory-gib", type=float, default=4.0)
+    parser.add_argument("--skip-hf", action="store_true", help="measure llmd only")
+    parser.add_argument("--skip-llmd", action="store_true", help="measure HF only")
+    parser.add_argument("--json", type=Path, default=None, help="write results here")
+    parser.add_argument("--model", type=Path, default=None, help="existing checkpoint dir")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2-135m")
+    parser.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=None,
+        help="create the random checkpoint here and keep it (reused if it has config.json)",
+    )
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument(
+        "--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto"
+    )
+    parser.add_argument(
+        "--attention-backend", choices=["auto", "cpu", "torch", "triton"], default="auto"
+    )
+    parser.add_argument("--num-threads", type=int, default=None, help="llmd's CPU threads")
+    parser.add_argument(
+        "--cpu-limits",
+        action="store_true",
+        help="also measure copy GB/s, decode attention GB/s and decode steps vs GEMM (CPU)",
+    )
+    parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in llmd")
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument(
+        "--async-scheduling", choices=["auto", "on", "off"], default="auto",
+        help="llmd's async scheduling (auto: on for CUDA, off on CPU)",
+    )  # fmt: skip
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None)
+    parser.add_argument(
+        "--warmup-requests",
+        type=int,
+        default=0,
+        help="untimed llmd run of this many short requests first (compiles Triton kernels)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark with `argv` (default: sys.argv[1:]); returns the exit status."""
+    args = build_parser().parse_args(argv)
+    arch, shape, shape_dtype = SHAPES[args.shape]
+    hf_device, hf_dtype = resolve_device_and_dtype(args)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.model
+        if path is None and args.checkpoint_dir is not None:
+            path = args.checkpoint_dir
+            if not (path / "config.json").is_file():
+                make_checkpoint(path, shape, arch, shape_dtype, hf_device)
+        if path is None:
+            path = make_checkpoint(
+                Path(tmp) / f"{args.shape}-shape", shape, arch, shape_dtype, hf_device
+            )
+        workload = make_workload(
+            args.num_requests, shape["vocab_size"], args.seed, args.max_prompt, args.max_output
+        )
+        engine_options = {
+            "max_num_seqs": args.max_num_seqs,
+            "max_num_batched_tokens": args.max_num_batched_tokens,
+            "kv_cache_memory_gib": args.kv_cache_memory_gib,
+            "device": args.device,
+            "dtype": args.dtype,
+            "attention_backend": args.attention_backend,
+            "enforce_eager": args.enforce_eager,
+            "num_threads": args.num_threads,
+            "async_scheduling": {"auto": None, "on": True, "off": False}[args.async_scheduling],
+        }
+        if args.max_model_len is not None:
+            engine_options["max_model_len"] = args.max_model_len
+        if args.gpu_memory_utilization is not None:
+            engine_options["gpu_memory_utilization"] = args.gpu_memory_utilization
+        if args.warmup_requests and not args.skip_llmd:
+            warmup = make_workload(
+                args.warmup_requests, shape["vocab_size"], args.seed + 1, args.max_prompt, 16
+            )
+            warmup_s, _ = run_llmd(path, warmup, engine_options)
+            print(f"warm-up: {args.warmup_requests} requests in {warmup_s:.1f} s", flush=True)
+        limits = measure_cpu_limits(path, shape, engine_options) if args.cpu_limits else {}
+        runs = []
+        engine_info: dict = {}
+        for repeat in range(args.repeats):
+            run = {}
+            if not args.skip_llmd:
+                llmd_s, llmd_tokens = run_llmd(path, workload, engine_options, engine_info)
+                run.update(llmd_s=llmd_s, llmd_tok_s=llmd_tokens / llmd_s)
+            if not args.skip_hf:
+                hf_s, hf_tokens = run_hf_static(
+                    path, workload, args.hf_batch_size, hf_device, hf_dtype
+                )
+                run.update(hf_s=hf_s, hf_tok_s=hf_tokens / hf_s)
+            if "llmd_tok_s" in run and "hf_tok_s" in run:
+                run["ratio"] = run["llmd_tok_s"] / run["hf_tok_s"]
+            runs.append(run)
+            figures = ", ".join(f"{key}={value:.2f}" for key, value in run.items())
+            print(f"run {repeat + 1}/{args.repeats}: {figures}", flush=True)
+
+    summary = {key: statistics.median(run[key] for run in runs) for key in runs[0]} if runs else {}
+    num_output = sum(n for _, n in workload)
+    print(f"\nworkload: {args.num_requests} requests, {num_output} output tokens, "
+          f"threads={torch.get_num_threads()}")  # fmt: skip
+    if "llmd_tok_s" in summary:
+        print(f"llmd (continuous batching): {summary['llmd_tok_s']:8.1f} output tok/s (median)")
+    if "hf_tok_s" in summary:
+        hf_label = f"HF static batches of {args.hf_batch_size}:"
+        print(f"{hf_label:28s}{summary['hf_tok_s']:8.1f} output tok/s")
+    if "ratio" in summary:
+        print(f"ratio llmd / HF: {summary['ratio']:.2f}x (median of {args.repeats})")
+    if args.json:
+        options = {key: str(value) for key, value in vars(args).items()}
+        report = {"args": options, "runs": runs, "median": summary}
+        report |= {"num_output_tokens": num_output, "engine": engine_info}
+        if limits:
+            report["cpu_limits"] = limits
+        if not args.skip_hf:
+            report["hf"] = {"device": hf_device, "dtype": str(hf_dtype).removeprefix("torch.")}
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def measure_cpu_limits(path: Path, shape: dict, engine_options: dict) -> dict:
+    """Copy GB/s, decode attention GB/s and decode-step GFLOP/s vs GEMM, printed and returned."""
+    from llmd.bench import cpu_limits
+    from llmd.runner.device import resolve_dtype, set_num_threads
+
+    set_num_threads(engine_options.get("num_threads"))
+    dtype = resolve_dtype(engine_options["dtype"], torch.device("cpu"))
+    num_heads = shape["num_attention_heads"]
+    head_dim = shape.get("head_dim", shape["hidden_size"] // num_heads)
+    copy_gbps = cpu_limits.copy_bandwidth_gbps()
+    print(f"copy bandwidth: {copy_gbps:.1f} GB/s (bytes read)", flush=True)
+    limits: dict = {"copy_gbps": copy_gbps, "dtype": str(dtype).removeprefix("torch.")}
+    for backend in ("cpu", "torch"):
+        attention = cpu_limits.decode_attention_gbps(
+            num_heads=num_heads, num_kv_heads=shape["num_key_value_heads"], head_dim=head_dim,
+            dtype=dtype, backend_name=backend,
+        )  # fmt: skip
+        attention["pct_of_copy"] = 100 * attention["gbps"] / copy_gbps
+        limits[f"decode_attention_{backend}"] = attention
+        print(
+            f"decode attention ({attention['backend']}, 32 seqs x 512 tokens): "
+            f"{attention['gbps']:.1f} GB/s = {attention['pct_of_copy']:.0f}% of copy, "
+            f"{attention['ms_per_layer']:.2f} ms per layer",
+            flush=True,
+        )
+    step = cpu_limits.decode_step_vs_gemm(path, engine_options)
+    step["pct_of_gemm"] = 100 * step["decode_gflops"] / step["gemm_gflops"]
+    limits["decode_step"] = step
+    print(
+        f"decode step (32 seqs x 512 tokens): {step['decode_gflops']:.1f} GFLOP/s "
+        f"({step['step_ms']:.1f} ms) vs GEMM {step['gemm_gflops']:.1f} GFLOP/s at M=32 "
+        f"({step['gemm_ms']:.1f} ms): {step['pct_of_gemm']:.0f}%",
+        flush=True,
+    )
+    return limits

@@ -1,0 +1,32 @@
+"""The CPU limit benchmarks run on tiny sizes and account bytes and FLOPs correctly."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmd.bench import cpu_limits
+from llmd.bench.offline import build_parser
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch"])
+def test_decode_attention_counts_kv_bytes_read(backend):
+    result = cpu_limits.decode_attention_gbps(
+        num_seqs=2, context_len=40, num_layers=2, repeats=1, backend_name=backend
+    )
+    assert result["backend"] == backend
+    # 2 seqs x 40 tokens x 3 kv heads x 64 dims x fp32, keys and values.
+    assert result["kv_mib_per_layer"] * cpu_limits.MIB == 2 * 2 * 40 * 3 * 64 * 4
+    assert result["gbps"] > 0
+
+
+def test_decode_step_vs_gemm_on_a_tiny_model(tiny_model_dir):
+    result = cpu_limits.decode_step_vs_gemm(
+        tiny_model_dir, {"device": "cpu", "num_blocks": 64}, num_seqs=4, context_len=20,
+        num_steps=2,
+    )  # fmt: skip
+    assert result["num_seqs"] == 4 and result["step_ms"] > 0 and result["gemm_gflops"] > 0
+
+
+def test_offline_flags_include_cpu_limits_and_threads():
+    args = build_parser().parse_args(["--cpu-limits", "--num-threads", "2", "--repeats", "0"])
+    assert args.cpu_limits and args.num_threads == 2 and args.repeats == 0
