@@ -5,7 +5,10 @@ Starts `llmd serve` (the shipped model unless --model) with its HTTP API, then r
 same workload (--concurrency streams at once, --max-tokens each, EOS ignored, greedy)
 alternately through llmd.client.AsyncClient and through /v1/completions SSE (httpx),
 --repeats times each. It reports, per route, the median inter-token latency seen by the
-client (gaps between consecutive token messages of a stream) and the HTTP/ZeroMQ ratio.
+client (gaps between consecutive token messages of a stream) and the HTTP/ZeroMQ ratio,
+the engine's own mean ITL over the same runs (from the daemon's since-start histogram:
+tells a slower engine from slower delivery), and the CPU time the HTTP process spent per
+streamed token.
 
     .venv/bin/python scripts/bench_http_itl.py --concurrency 1,16 --max-tokens 128 --repeats 3
 """
@@ -63,6 +66,25 @@ def _start_daemon(args: argparse.Namespace, address: str, port: int, log_path: P
     raise SystemExit("the daemon did not become healthy")
 
 
+def _engine_itl(address: str) -> tuple[float, int]:
+    """(sum, count) of the daemon's since-start ITL histogram."""
+    with Client(address) as client:
+        data = client.stats(include_requests=False, include_block_map=False)["histograms"]["itl"]
+    return data["sum"], data["count"]
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _http_pid(daemon_pid: int) -> int:
+    """The HTTP server process: the daemon's child."""
+    children = Path(f"/proc/{daemon_pid}/task/{daemon_pid}/children").read_text().split()
+    return int(children[0])
+
+
 def _gaps(times: list[float]) -> list[float]:
     return [b - a for a, b in itertools.pairwise(times)]
 
@@ -116,18 +138,34 @@ def main() -> None:
         try:
             asyncio.run(_run("zmq", address, url, 2, params))  # warm-up both routes
             asyncio.run(_run("http", address, url, 2, params))
+            http_pid = _http_pid(process.pid)
             for concurrency in (int(c) for c in args.concurrency.split(",")):
                 medians: dict[str, list[float]] = {"zmq": [], "http": []}
+                engine: dict[str, list[float]] = {"zmq": [0.0, 0], "http": [0.0, 0]}
+                http_cpu_s = 0.0
                 for _ in range(args.repeats):
                     for route in ("zmq", "http"):
+                        itl_before, cpu_before = _engine_itl(address), _cpu_s(http_pid)
                         gaps = asyncio.run(_run(route, address, url, concurrency, params))
+                        itl_after = _engine_itl(address)
+                        if route == "http":
+                            http_cpu_s += _cpu_s(http_pid) - cpu_before
                         medians[route].append(statistics.median(gaps))
+                        engine[route][0] += itl_after[0] - itl_before[0]
+                        engine[route][1] += itl_after[1] - itl_before[1]
                 zmq_ms = statistics.median(medians["zmq"]) * 1000
                 http_ms = statistics.median(medians["http"]) * 1000
+                engine_ms = {
+                    r: 1000 * total / max(count, 1) for r, (total, count) in engine.items()
+                }
+                num_http_tokens = args.repeats * concurrency * args.max_tokens
                 print(
-                    f"concurrency {concurrency:3d}: median ITL zeromq {zmq_ms:.3f} ms, "
-                    f"http {http_ms:.3f} ms, added {http_ms - zmq_ms:+.3f} ms/token "
-                    f"(ratio {http_ms / zmq_ms:.3f}; median of {args.repeats} runs)",
+                    f"concurrency {concurrency:3d}: client median ITL zeromq {zmq_ms:.2f} ms, "
+                    f"http {http_ms:.2f} ms (ratio {http_ms / zmq_ms:.3f}, "
+                    f"{http_ms - zmq_ms:+.2f} ms/token); engine mean ITL during zeromq runs "
+                    f"{engine_ms['zmq']:.2f} ms, during http runs {engine_ms['http']:.2f} ms; "
+                    f"HTTP process CPU {1e6 * http_cpu_s / num_http_tokens:.0f} us/token "
+                    f"(median of {args.repeats} runs)",
                     flush=True,
                 )
         finally:

@@ -1,0 +1,97 @@
+"""Request bodies to sampling params and error statuses, without a daemon."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmd.daemon.serve_options import ServeOptions
+from llmd.errors import EngineDeadError, InvalidParameterError, LLMDError, OverloadedError
+from llmd.http.errors import HttpError, from_llmd_error
+from llmd.http.logprobs import MIN_LOGPROB, chat_logprobs, completion_logprobs
+from llmd.http.metrics_exporter import render
+from llmd.http.request_models import ChatCompletionRequest, CompletionRequest, parse_body
+from llmd.http.sampling import chat_params, completion_params
+
+
+def test_completion_fields_map_to_sampling_params():
+    body = parse_body(
+        CompletionRequest,
+        {"prompt": "x", "stop": "END", "top_k": 5, "seed": 3, "logprobs": 2, "user": "u"},
+    )
+    params = completion_params(body)
+    assert params == {"top_k": 5, "seed": 3, "stop": ["END"], "max_tokens": 16, "logprobs": 2}
+
+
+def test_chat_defaults_to_the_context_and_renames_fields_in_errors():
+    body = parse_body(ChatCompletionRequest, {"messages": [{"role": "user", "content": "hi"}]})
+    assert chat_params(body, max_model_len=300)["max_tokens"] == 300
+    bad = parse_body(
+        ChatCompletionRequest,
+        {"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 99},
+    )
+    with pytest.raises(HttpError) as error:
+        chat_params(bad, 300)
+    assert (error.value.status, error.value.param) == (400, "top_logprobs")
+
+
+def test_prompt_shapes():
+    assert parse_body(CompletionRequest, {"prompt": [1, 2]}).prompts() == [[1, 2]]
+    assert parse_body(CompletionRequest, {"prompt": ["a", "b"]}).prompts() == ["a", "b"]
+    assert parse_body(CompletionRequest, {"prompt": [[1], [2, 3]]}).prompts() == [[1], [2, 3]]
+    with pytest.raises(HttpError, match="negative"):
+        parse_body(CompletionRequest, {"prompt": [[1], [-2]]}).prompts()
+    with pytest.raises(HttpError) as error:
+        parse_body(CompletionRequest, {"prompt": [1, "a"]})
+    assert error.value.param == "prompt"
+
+
+def test_chat_content_parts_and_roles():
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    messages = [{"role": "developer", "content": "be nice"}, {"role": "user", "content": parts}]
+    body = parse_body(ChatCompletionRequest, {"messages": messages})
+    assert body.wire_messages() == [
+        {"role": "system", "content": "be nice"},
+        {"role": "user", "content": "ab"},
+    ]
+    image = {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}
+    with pytest.raises(HttpError) as error:
+        parse_body(ChatCompletionRequest, image).wire_messages()
+    assert error.value.param == "messages.0.content"
+    with pytest.raises(HttpError) as error:
+        parse_body(ChatCompletionRequest, {"messages": [], "tools": []})
+    assert error.value.param == "messages"
+
+
+def test_llmd_errors_map_to_statuses():
+    assert from_llmd_error(InvalidParameterError("bad", "top_p")).status == 400
+    overloaded = from_llmd_error(OverloadedError("busy"))
+    assert overloaded.status == 429 and overloaded.headers == {"Retry-After": "1"}
+    assert from_llmd_error(EngineDeadError("dead")).status == 500
+    unknown = LLMDError("odd")
+    unknown.code = "something_new"
+    assert from_llmd_error(unknown).body()["error"]["code"] == "something_new"
+
+
+def test_logprob_layouts_replace_minus_infinity():
+    entry = {"token": "hé", "logprob": float("-inf"), "top_tokens": ["a"], "top_logprobs": [-0.5]}
+    completion = completion_logprobs([entry, entry], text_offset=10)
+    assert completion["text_offset"] == [10, 12]
+    assert completion["token_logprobs"] == [MIN_LOGPROB, MIN_LOGPROB]
+    chat = chat_logprobs([entry])["content"][0]
+    assert chat["bytes"] == list("hé".encode()) and chat["top_logprobs"][0]["logprob"] == -0.5
+
+
+def test_metrics_render_of_a_dead_engine_snapshot_has_no_queue_gauges():
+    text = render({"daemon": {"model": "m"}, "totals": {"finished": {"stop": 2}}}).decode()
+    assert 'llmd:request_success_total{finished_reason="stop",model_name="m"} 2.0' in text
+    assert "num_requests_running" not in text
+
+
+def test_serve_options_keep_the_api_key_off_the_command_line():
+    options = ServeOptions(api_key="s3cret", http_port=9000)
+    assert "s3cret" not in options.to_json() and "s3cret" not in repr(options)
+    assert ServeOptions.from_json(options.to_json()).http_port == 9000
+    with pytest.raises(InvalidParameterError):
+        ServeOptions(http_port=70000)
+    with pytest.raises(InvalidParameterError):
+        ServeOptions(api_key="")
