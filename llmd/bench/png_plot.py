@@ -22,12 +22,16 @@ def has_matplotlib() -> bool:
 
 
 def curves_by_setting(points: Sequence[SweepPoint]) -> dict[str, list[SweepPoint]]:
-    """Points grouped per daemon setting, each curve in increasing throughput."""
+    """Points grouped per daemon setting, each curve in increasing request rate.
+
+    Joined in rate order, a curve that bends back shows saturation: more offered load,
+    no more throughput.
+    """
     curves: dict[str, list[SweepPoint]] = {}
     for point in points:
         curves.setdefault(point.setting, []).append(point)
     for curve in curves.values():
-        curve.sort(key=lambda p: p.output_tokens_per_s or 0.0)
+        curve.sort(key=lambda p: float(p.request_rate))
     return curves
 
 
@@ -39,12 +43,20 @@ def write_png(points: Sequence[SweepPoint], path: str | Path, title: str = "") -
     import matplotlib.pyplot as plt
     from matplotlib.ticker import LogLocator, ScalarFormatter
 
-    figure, (ttft_axes, itl_axes) = plt.subplots(1, 2, figsize=(11, 4.2))
+    figure, (ttft_axes, itl_axes) = plt.subplots(1, 2, figsize=(11, 4.4))
     slo = points[0].slo_ms if points else {}
     for label, curve in curves_by_setting(points).items():
         xs = [p.output_tokens_per_s for p in curve]
-        ttft_axes.plot(xs, [p.ttft_p99_ms for p in curve], marker="o", label=label)
-        itl_axes.plot(xs, [p.itl_p99_ms for p in curve], marker="o", label=label)
+        for axes, ys in (
+            (ttft_axes, [p.ttft_p99_ms for p in curve]),
+            (itl_axes, [p.itl_p99_ms for p in curve]),
+        ):
+            axes.plot(xs, ys, marker="o", label=label)
+            for point, x, y in zip(curve, xs, ys):
+                if x is not None and y is not None:
+                    axes.annotate(f"{point.request_rate:g}/s" if not isinstance(
+                        point.request_rate, str) else "inf", (x, y), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7, color="dimgray")  # fmt: skip
     for axes, name, ylabel, slo_name in (
         (ttft_axes, "p99 TTFT", "ms", "ttft"),
         (itl_axes, "p99 ITL", "ms", "tpot"),

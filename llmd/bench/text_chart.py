@@ -77,12 +77,12 @@ def render_chart(
     for index, row_cells in enumerate(grid):
         label = ""
         if index == 0:
-            label = f"{top:.4g}"
+            label = axis_label(top)
         elif index == height - 1:
-            label = f"{bottom:.4g}"
+            label = axis_label(bottom)
         lines.append(f"{label:>{AXIS_WIDTH - 2}} |{''.join(row_cells)}".rstrip())
     lines.append(" " * (AXIS_WIDTH - 1) + "+" + "-" * plot_width)
-    right = f"{max(xs):.4g}"
+    right = axis_label(max(xs))
     axis = f"0{x_label:^{plot_width - 1 - len(right)}}{right}"
     lines.append(" " * AXIS_WIDTH + axis)
     legend = [f"{marker}={curve.label}" for marker, curve in zip(MARKERS, curves)]
@@ -90,6 +90,14 @@ def render_chart(
         legend.append(f"--- {threshold_label} {threshold:g}")
     lines.extend(_wrap("  ".join(legend), width))
     return "\n".join(line[:width] for line in lines)
+
+
+def axis_label(value: float) -> str:
+    """A number in a few characters: 0.0123, 512, 4096, 24.05k, 1.5M."""
+    for threshold, divisor, suffix in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
+        if abs(value) >= threshold:
+            return f"{value / divisor:.4g}{suffix}"
+    return f"{value:.4g}"
 
 
 def _wrap(text: str, width: int) -> list[str]:

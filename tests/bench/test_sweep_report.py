@@ -69,3 +69,13 @@ def test_empty_folder_is_a_typed_error(tmp_path):
     assert best_setting([]) is None
     point = SweepPoint.from_result(_result(1.0, 1.0, 1.0, 1.0, None), 8, 4)
     assert point.setting == "budget 8, seqs 4"
+
+
+def test_axis_labels_stay_inside_the_label_column():
+    from llmd.bench.text_chart import axis_label
+
+    assert [axis_label(v) for v in (0.5, 512.0, 4096.0, 24052.7, 1.5e6)] == [
+        "0.5", "512", "4096", "24.05k", "1.5M"
+    ]  # fmt: skip
+    text = render_chart("t", [Curve("a", [(1.0, 24052.7), (2.0, 100.0)])], "x")
+    assert all(line.index("|") == 9 for line in text.splitlines()[1:-3] if "|" in line)
