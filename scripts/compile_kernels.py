@@ -1,19 +1,21 @@
 #!/usr/bin/env python
-"""Compile every llmd Triton kernel for a GPU target without a GPU, and report resources.
+"""Compile every llmd Triton kernel for GPU targets without a GPU, and check resources.
 
-The launchers run as usual on meta-free CPU tensors, but each kernel launch is captured
-instead of executed and compiled ahead of time for the target (default sm_90, Hopper)
-with triton's bundled ptxas; the report shows registers, spills (stack), shared memory and
-whether the PTX uses tensor cores and async copies. It catches compile errors and resource
-overflows on machines with no GPU, which the interpreter-based tests cannot.
+The launchers run as usual on CPU tensors, but each kernel launch is captured instead of
+executed and compiled ahead of time for the target with triton's bundled ptxas, using the
+launch configuration the launcher picks for that architecture (llmd/kernels/launch_configs).
+The report shows registers, spills (stack), shared memory and whether the PTX uses tensor
+cores and async copies; a kernel that spills or exceeds its arch's shared memory fails the
+run. It catches what the interpreter-based tests cannot, on machines with no GPU.
 
-    .venv/bin/python scripts/compile_kernels.py              # sm_90
-    .venv/bin/python scripts/compile_kernels.py --arch 80    # Ampere
+    .venv/bin/python scripts/compile_kernels.py                    # 8.0, 8.6, 8.9, 9.0: all
+    .venv/bin/python scripts/compile_kernels.py --arch 89 --dtype bfloat16 --head-dim 256
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -30,8 +32,10 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, make_backend
 
 from llmd.kernels import (
+    checks,
     decode_attention,
     kv_store,
+    launch_configs,
     prefill_attention,
     rmsnorm,
     rotary,
@@ -46,7 +50,10 @@ POINTER_TYPES = {
     torch.int64: "*i64",
 }
 PTX_FEATURES = ("wgmma", "mma.sync", "cp.async", "ld.global.v4")
-SHARED_LIMIT = 227 * 1024  # per-block dynamic shared memory on sm_90
+NUM_SMS = {80: 108, 86: 84, 89: 128, 90: 132}
+"""Streaming multiprocessors of a representative GPU per arch (split-K choice only)."""
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+HEAD_DIMS = (64, 128, 256)
 
 
 class CapturedLaunch:
@@ -61,20 +68,29 @@ class CapturedLaunch:
 
 
 def capture_kernels(launches: list) -> None:
-    """Swap each kernel module's kernels for recorders and make its checks accept CPU tensors."""
+    """Swap each kernel module's kernels for recorders and make the checks accept CPU tensors."""
     for module in (decode_attention, prefill_attention, kv_store, rmsnorm, rotary, silu_mul):
         for name in dir(module):
             value = getattr(module, name)
             if isinstance(value, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
                 setattr(module, name, CapturedLaunch(value, launches))
-        module.check_devices = lambda tensors: next(iter(tensors.values())).device
         if hasattr(module, "must_dot_in_fp32"):
             module.must_dot_in_fp32 = lambda dtype: dtype == torch.float32
-    tuned = prefill_attention._launch_config
-    prefill_attention._launch_config = lambda head_dim, dtype, device: tuned(
-        head_dim, dtype, torch.device("cuda")
-    )
-    decode_attention._num_sms = lambda device: 132
+        if hasattr(module, "check_devices"):
+            module.check_devices = _first_device
+    checks.check_devices = _first_device
+
+
+def _first_device(tensors: dict) -> torch.device:
+    """Stands in for checks.check_devices: CPU tensors stand for the target GPU's."""
+    return next(iter(tensors.values())).device
+
+
+def target_arch(arch: int) -> None:
+    """Make the launchers pick `arch`'s launch configuration and SM count."""
+    for module in (decode_attention, prefill_attention):
+        module.arch_of = lambda device: arch
+    decode_attention._num_sms = lambda device: NUM_SMS[arch]
 
 
 def compile_launch(kernel, args: tuple, kwargs: dict, target: GPUTarget):
@@ -118,11 +134,11 @@ def resource_usage(compiled) -> tuple[str, str]:
     return (registers.group(1) if registers else "?", stack.group(1) if stack else "?")
 
 
-def launch_cases() -> list[tuple[str, object]]:
+def launch_cases(dtype: torch.dtype, head_dim: int) -> list[tuple[str, object]]:
     """(label, call) pairs covering each kernel's specialisations at model-like shapes."""
-    bf16, i32 = torch.bfloat16, torch.int32
+    i32 = torch.int32
 
-    def decode(head_dim, group, kv_heads, num_splits, dtype=bf16):
+    def decode(group, kv_heads, num_splits):
         query = torch.empty(4, group * kv_heads, head_dim, dtype=dtype)
         cache = torch.empty(64, 16, kv_heads, head_dim, dtype=dtype)
         tables, lens = torch.zeros(4, 256, dtype=i32), torch.ones(4, dtype=i32)
@@ -130,7 +146,7 @@ def launch_cases() -> list[tuple[str, object]]:
             query, cache, cache, tables, lens, 0.1, num_splits=num_splits
         )
 
-    def prefill(head_dim, group, kv_heads, dtype=bf16):
+    def prefill(group, kv_heads):
         query = torch.empty(64, group * kv_heads, head_dim, dtype=dtype)
         cache = torch.empty(64, 16, kv_heads, head_dim, dtype=dtype)
         tables, lens = torch.zeros(2, 16, dtype=i32), torch.ones(2, dtype=i32)
@@ -139,59 +155,88 @@ def launch_cases() -> list[tuple[str, object]]:
             query, cache, cache, tables, lens, starts, 32, 0.1
         )
 
-    tokens = torch.empty(8, 8, 128, dtype=bf16)
-    cache = torch.empty(4, 16, 8, 128, dtype=bf16)
-    hidden = torch.empty(8, 4096, dtype=bf16)
+    tokens = torch.empty(8, 8, head_dim, dtype=dtype)
+    cache = torch.empty(4, 16, 8, head_dim, dtype=dtype)
+    hidden = torch.empty(8, 4096, dtype=dtype)
+    half = head_dim // 2
     return [
-        ("decode d128 g4 (auto split)", decode(128, 4, 8, None)),
-        ("decode d128 g4 split 1", decode(128, 4, 8, 1)),
-        ("decode d64 g3 fp16", decode(64, 3, 3, 1, torch.float16)),
-        ("decode d256 g8", decode(256, 8, 2, 2)),
-        ("decode d128 fp32", decode(128, 1, 8, 1, torch.float32)),
-        ("prefill d128 g4", prefill(128, 4, 8)),
-        ("prefill d64 g3", prefill(64, 3, 3)),
-        ("prefill d256 g2", prefill(256, 2, 4)),
-        ("prefill d128 fp32", prefill(128, 1, 8, torch.float32)),
-        (
-            "kv_store",
-            lambda: kv_store.kv_store(tokens, tokens, cache, cache, torch.zeros(8).long()),
-        ),
+        ("decode g4 split", decode(4, 8, 4)),  # the attention and the split-K reduce
+        ("decode g8 no split", decode(8, 2, 1)),
+        ("prefill g4", prefill(4, 8)),
+        ("prefill g8", prefill(8, 2)),
+        ("kv_store", lambda: kv_store.kv_store(tokens, tokens, cache, cache,
+                                               torch.zeros(8).long())),
         ("rms_norm", lambda: rmsnorm.rms_norm(hidden, hidden[0], 1e-6)),
-        ("fused_add_rms_norm", lambda: rmsnorm.fused_add_rms_norm(hidden, hidden, hidden[0], 1e-6)),
-        (
-            "rotary",
-            lambda: rotary.rotary_embedding(
-                torch.zeros(8).long(), tokens, tokens, torch.empty(9, 64), torch.empty(9, 64)
-            ),
-        ),
-        ("silu_mul", lambda: silu_mul.silu_mul(torch.empty(8, 2 * 14336, dtype=bf16))),
-    ]
+        ("fused_add_rms_norm", lambda: rmsnorm.fused_add_rms_norm(hidden, hidden, hidden[0],
+                                                                  1e-6)),
+        ("rotary", lambda: rotary.rotary_embedding(
+            torch.zeros(8).long(), tokens, tokens, torch.empty(9, half), torch.empty(9, half))),
+        ("silu_mul", lambda: silu_mul.silu_mul(torch.empty(8, 2 * 14336, dtype=dtype))),
+    ]  # fmt: skip
+
+
+def compile_matrix(
+    archs: list[int], dtype_names: list[str], head_dims: list[int], case_filter: str | None
+) -> list[dict]:
+    """Compile every case for every arch x dtype x head_dim; one result row per kernel."""
+    launches: list = []
+    capture_kernels(launches)
+    rows = []
+    for arch in archs:
+        target = GPUTarget("cuda", arch, 32)
+        target_arch(arch)
+        shared_limit = launch_configs.SHARED_MEMORY_BYTES[arch]
+        for dtype_name in dtype_names:
+            for head_dim in head_dims:
+                for label, call in launch_cases(DTYPES[dtype_name], head_dim):
+                    if case_filter and case_filter not in label:
+                        continue
+                    launches.clear()
+                    call()
+                    for kernel, _grid, args, kwargs in launches:
+                        compiled = compile_launch(kernel, args, kwargs, target)
+                        registers, stack = resource_usage(compiled)
+                        shared = compiled.metadata.shared
+                        problems = []
+                        if shared > shared_limit:
+                            problems.append(f"shared memory {shared} > {shared_limit}")
+                        if stack not in ("0", "?"):
+                            problems.append(f"spills ({stack} B stack)")
+                        rows.append({
+                            "arch": arch, "dtype": dtype_name, "head_dim": head_dim,
+                            "case": label, "kernel": kernel.fn.__name__,
+                            "num_warps": compiled.metadata.num_warps,
+                            "num_stages": compiled.metadata.num_stages, "shared": shared,
+                            "shared_limit": shared_limit, "registers": registers,
+                            "stack": stack, "problems": problems,
+                            "ptx": [f for f in PTX_FEATURES if f in compiled.asm["ptx"]],
+                        })  # fmt: skip
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90, 80")
+    parser.add_argument("--arch", type=int, nargs="+", default=list(launch_configs.SUPPORTED_ARCHS),
+                        choices=launch_configs.SUPPORTED_ARCHS, help="compute capabilities")
+    parser.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=list(DTYPES))
+    parser.add_argument("--head-dim", type=int, nargs="+", default=list(HEAD_DIMS))
+    parser.add_argument("--case", default=None, help="only cases whose label contains this")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
-    target = GPUTarget("cuda", args.arch, 32)
-    launches: list = []
-    capture_kernels(launches)
-    failures = 0
-    print(f"{'case':<28} {'kernel':<26} {'warps':>5} {'smem':>7} {'regs':>4} {'stack':>5}  ptx")
-    for label, call in launch_cases():
-        launches.clear()
-        call()
-        for kernel, _grid, launch_args, launch_kwargs in launches:
-            compiled = compile_launch(kernel, launch_args, launch_kwargs, target)
-            registers, stack = resource_usage(compiled)
-            shared = compiled.metadata.shared
-            features = [name for name in PTX_FEATURES if name in compiled.asm["ptx"]]
-            warning = "  SHARED MEMORY OVER LIMIT" if shared > SHARED_LIMIT else ""
-            failures += bool(warning)
-            print(
-                f"{label:<28} {kernel.fn.__name__:<26} {compiled.metadata.num_warps:>5} "
-                f"{shared:>7} {registers:>4} {stack:>5}  {','.join(features)}{warning}"
-            )
-    sys.exit(1 if failures else 0)
+    rows = compile_matrix(args.arch, args.dtype, args.head_dim, args.case)
+    print(f"{'arch':>4} {'dtype':<9} {'d':>3} {'case':<20} {'kernel':<26} {'warps':>5} "
+          f"{'stages':>6} {'smem':>7} {'regs':>4} {'stack':>5}  ptx")  # fmt: skip
+    for row in rows:
+        problems = ("  " + "; ".join(row["problems"]).upper()) if row["problems"] else ""
+        print(f"{row['arch']:>4} {row['dtype']:<9} {row['head_dim']:>3} {row['case']:<20} "
+              f"{row['kernel']:<26} {row['num_warps']:>5} {row['num_stages']:>6} "
+              f"{row['shared']:>7} {row['registers']:>4} {row['stack']:>5}  "
+              f"{','.join(row['ptx'])}{problems}")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    num_bad = sum(1 for row in rows if row["problems"])
+    print(f"{len(rows)} kernels compiled, {num_bad} over a limit or spilling")
+    sys.exit(1 if num_bad else 0)
 
 
 if __name__ == "__main__":

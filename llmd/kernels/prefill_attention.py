@@ -21,6 +21,7 @@ from llmd.kernels.checks import (
     must_dot_in_fp32,
     next_power_of_2,
 )
+from llmd.kernels.launch_configs import arch_of, prefill_config
 
 LOG2_E = 1.4426950408889634
 
@@ -179,23 +180,6 @@ def _prefill_attention_kernel(
     tl.store(out_ptrs + offs_d[None, :], out.to(out_ptr.dtype.element_ty), mask=row_mask)
 
 
-def _launch_config(
-    head_dim: int, dtype: torch.dtype, device: torch.device
-) -> tuple[int, int, int, int]:
-    """(block_m, block_n, num_warps, num_stages): Hopper-sized on CUDA, small when interpreted.
-
-    The CUDA sizes compile for sm_90 to wgmma with cp.async pipelining and no register
-    spills (checked offline with ptxas); they are not yet tuned by measurement.
-    """
-    if device.type != "cuda":
-        return 64, 32, 4, 1
-    if dtype == torch.float32:
-        return 64, 32, 4, 2  # fp32 tiles are twice the bytes, 3xTF32 dots need more registers
-    if head_dim <= 128:
-        return 128, 64, 8, 3  # two warpgroups of 64 rows each
-    return 64, 64, 8, 2  # head_dim 256: smaller tiles keep registers and smem in bounds
-
-
 def _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, out):
     """Raise a typed error for any input that breaks the kernel's contract."""
     check_paged_attention_inputs(
@@ -243,10 +227,10 @@ def prefill_attention(
         out = torch.empty_like(query)
     if num_seqs == 0 or max_query_len == 0:
         return out
-    config = _launch_config(head_dim, query.dtype, query.device)
-    tuned_m, tuned_n, num_warps, num_stages = config
-    block_m = tuned_m if block_m is None else block_m
-    block_n = tuned_n if block_n is None else block_n
+    config = prefill_config(arch_of(query.device), head_dim, query.dtype)
+    num_warps, num_stages = config.num_warps, config.num_stages
+    block_m = config.block_m if block_m is None else block_m
+    block_n = config.block_n if block_n is None else block_n
     group_size = num_heads // num_kv_heads
     block_g = next_power_of_2(group_size)
     require(

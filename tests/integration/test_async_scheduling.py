@@ -103,3 +103,26 @@ def test_no_token_past_a_stop_and_one_finish_per_request(model_path):
 def test_async_scheduling_config_is_validated():
     with pytest.raises(InvalidParameterError, match="async_scheduling"):
         LLM(async_scheduling="yes")
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [([], None), (["--async-scheduling"], True), (["--no-async-scheduling"], False)],
+)
+def test_async_scheduling_flag_reaches_the_engine_config(flags, expected):
+    import click
+    from click.testing import CliRunner
+
+    from llmd.cli_options import ENGINE_OPTIONS, apply_options, pop_engine_kwargs
+    from llmd.config import EngineConfig
+
+    seen = {}
+
+    @click.command()
+    @apply_options(ENGINE_OPTIONS)
+    def command(**kwargs):
+        seen["config"] = EngineConfig(**pop_engine_kwargs(kwargs))
+
+    result = CliRunner().invoke(command, flags)
+    assert result.exit_code == 0, result.output
+    assert seen["config"].async_scheduling is expected

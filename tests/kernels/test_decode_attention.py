@@ -31,6 +31,7 @@ def _run_case(device, group_size, num_kv_heads, head_dim, block_size, dtype, seq
     query = query.to(device=device, dtype=dtype)
     scale = head_dim**-0.5
     args = (query, paged.k_cache, paged.v_cache, paged.block_tables, paged.seq_lens, scale)
+    kwargs.setdefault("split_tokens", 8)  # short test contexts still use several splits
     return decode_attention(*args, **kwargs), decode_attention_reference(*args)
 
 
@@ -69,21 +70,34 @@ def test_empty_context_gives_zeros_and_out_is_filled_in_place(device, num_splits
     query = torch.randn(2, 2, 64, device=device)
     out = torch.full_like(query, float("nan"))
     args = (query, paged.k_cache, paged.v_cache, paged.block_tables, paged.seq_lens, 0.125)
-    result = decode_attention(*args, out=out, num_splits=num_splits)
+    result = decode_attention(*args, out=out, num_splits=num_splits, split_tokens=8)
     assert result is out
     assert (out[0] == 0).all()
     torch.testing.assert_close(out, decode_attention_reference(*args))
 
 
 def test_split_choice_depends_on_parallelism_and_length():
-    # A full GPU or short contexts: no split.
-    assert choose_num_splits(num_seqs=128, num_kv_heads=8, max_seq_len=4096, num_sms=132) == 1
+    # A full GPU (8 programs per SM: 1056 on 132 SMs) or short contexts: no split.
+    assert choose_num_splits(num_seqs=256, num_kv_heads=8, max_seq_len=1024, num_sms=132) == 1
     assert choose_num_splits(num_seqs=1, num_kv_heads=8, max_seq_len=512, num_sms=132) == 1
-    # Few sequences, long contexts: split until ~4 programs per SM, capped by length.
-    assert choose_num_splits(num_seqs=32, num_kv_heads=8, max_seq_len=4096, num_sms=132) == 3
-    assert choose_num_splits(num_seqs=64, num_kv_heads=8, max_seq_len=4096, num_sms=132) == 2
+    # Few sequences, long contexts: split until ~8 programs per SM, capped by length.
+    assert choose_num_splits(num_seqs=128, num_kv_heads=8, max_seq_len=4096, num_sms=132) == 2
+    assert choose_num_splits(num_seqs=32, num_kv_heads=8, max_seq_len=4096, num_sms=132) == 5
+    assert choose_num_splits(num_seqs=64, num_kv_heads=8, max_seq_len=4096, num_sms=132) == 3
     assert choose_num_splits(num_seqs=1, num_kv_heads=8, max_seq_len=4096, num_sms=132) == 16
-    assert choose_num_splits(num_seqs=1, num_kv_heads=1, max_seq_len=1 << 20, num_sms=132) == 64
+    assert choose_num_splits(num_seqs=1, num_kv_heads=8, max_seq_len=32768, num_sms=132) == 128
+    assert choose_num_splits(num_seqs=1, num_kv_heads=1, max_seq_len=1 << 20, num_sms=132) == 128
+
+
+def test_splits_follow_each_sequences_own_context(device):
+    """A launch sized for long contexts: short sequences use one split, long ones several,
+    and the idle splits leave the result untouched (they write nothing)."""
+    lengths = [0, 5, 40, 70, 130]  # with 32 tokens per split: 1, 1, 2, 3, 5 of 6 splits
+    out, expected = _run_case(
+        device, 2, 2, 64, 16, torch.float32, lengths, num_splits=6, split_tokens=32
+    )
+    torch.testing.assert_close(out, expected, **attention_tolerance(torch.float32))
+    assert (out[0] == 0).all()
 
 
 def _valid_inputs() -> dict:

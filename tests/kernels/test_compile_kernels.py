@@ -1,0 +1,56 @@
+"""Kernels compile for every supported GPU architecture without a GPU: no register spills,
+shared memory within each arch's limit (scripts/compile_kernels.py, in a subprocess).
+
+Compiling is slow on a small CPU (seconds per kernel), so CI compiles the kernel most
+likely to break, prefill attention at head dim 256 in bf16 and fp32 (the largest tiles and
+the most registers), on every arch; the script itself runs the whole kernel x arch x dtype
+x head_dim matrix (`python scripts/compile_kernels.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmd.kernels import launch_configs
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compile_kernels.py"
+ARCHS = [str(arch) for arch in launch_configs.SUPPORTED_ARCHS]
+
+
+def _compile(tmp_path: Path, *args: str) -> list[dict]:
+    out = tmp_path / "rows.json"
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--json", str(out)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    if not out.is_file():
+        pytest.fail(f"compile_kernels.py produced no results:\n{completed.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def test_prefill_fits_every_arch_at_head_dim_256(tmp_path):
+    pytest.importorskip("triton")
+    rows = _compile(
+        tmp_path, "--arch", *ARCHS, "--dtype", "bfloat16", "float32", "--head-dim", "256",
+        "--case", "prefill g4",
+    )  # fmt: skip
+    compiled = {(row["arch"], row["dtype"], row["kernel"]) for row in rows}
+    assert compiled == {
+        (arch, dtype, "_prefill_attention_kernel")
+        for arch in launch_configs.SUPPORTED_ARCHS
+        for dtype in ("bfloat16", "float32")
+    }
+    problems = [row for row in rows if row["problems"]]
+    assert not problems, "\n".join(
+        f"sm_{r['arch']} {r['dtype']} d{r['head_dim']} {r['kernel']}: {r['problems']}"
+        for r in problems
+    )
+    for row in rows:  # the check itself uses each arch's own limit
+        assert row["shared_limit"] == launch_configs.SHARED_MEMORY_BYTES[row["arch"]]
