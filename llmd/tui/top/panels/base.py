@@ -54,6 +54,17 @@ _NOTHING = object()
 """The drawn state of a panel that has not drawn yet (equal to no state)."""
 
 
+def styled_runs(chars: str, style_of) -> Text:
+    """`chars` with each run of equally styled characters as one span (cheap to draw)."""
+    text = Text()
+    start = 0
+    for index in range(1, len(chars) + 1):
+        if index == len(chars) or style_of(chars[index]) != style_of(chars[start]):
+            text.append(chars[start:index], style=style_of(chars[start]))
+            start = index
+    return text
+
+
 def wrapped(lines: list[Text], width: int, console) -> list[Text]:
     """Each line word-wrapped to `width` (long prose wraps instead of being cut)."""
     return [part for line in lines for part in line.wrap(console, max(1, width))]
@@ -68,4 +79,7 @@ def labeled(label: str, value: str, label_width: int, style: str = "") -> Text:
 
 def join_lines(lines: list[Text], height: int) -> Text:
     """At most `height` lines joined by newlines."""
-    return Text("\n").join(lines[:height])
+    text = Text("\n").join(lines[:height])
+    text.no_wrap = True  # already fitted: spare Textual a second wrapping pass
+    text.overflow = "crop"
+    return text
