@@ -17,11 +17,15 @@ class Panel(Widget):
     """A screen region of `llmd top`; subclasses implement `draw` and name what they read."""
 
     TITLE = ""
+    IS_SLOW = False
+    """A slow-moving, costly panel (windowed percentiles, the block map): it redraws at
+    most once per the app's `slow_redraw_s`, off the snapshot-rate path."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.view: TopView | None = None
         self._drawn_state: object = _NOTHING
+        self._drawn_at = float("-inf")
         if self.TITLE:
             self.border_title = self.TITLE
 
@@ -29,13 +33,20 @@ class Panel(Widget):
         """The part of `view` this panel draws: when it is unchanged, nothing is redrawn."""
         return view
 
-    def show(self, view: TopView) -> bool:
-        """Redraw from `view` if what this panel shows changed; True when it did."""
+    def show(self, view: TopView, now: float = 0.0, slow_redraw_s: float = 0.0) -> bool:
+        """Redraw from `view` if what this panel shows changed; True when it did.
+
+        A slow panel drawn less than `slow_redraw_s` before `now` waits: a later call
+        (the next snapshot, or the app's one-second tick) draws the newest view.
+        """
         self.view = view
         state = (view.has_snapshot, self.state_of(view))
         if state == self._drawn_state:
             return False
+        if self.IS_SLOW and now - self._drawn_at < slow_redraw_s:
+            return False
         self._drawn_state = state
+        self._drawn_at = now
         self.refresh()
         return True
 

@@ -46,10 +46,10 @@ class HintsPanel(Panel):
         self._sticky_height = ((names, width), needed)
         return needed
 
-    def show(self, view: TopView) -> bool:
+    def show(self, view: TopView, now: float = 0.0, slow_redraw_s: float = 0.0) -> bool:
         width = self.content_size.width or 80
         height = self.get_content_height(None, None, width)
-        is_changed = super().show(view)
+        is_changed = super().show(view, now, slow_redraw_s)
         if is_changed and self.get_content_height(None, None, width) != height:
             self.refresh(layout=True)  # the panel's height follows its content
         return is_changed

@@ -32,6 +32,7 @@ class KVCachePanel(Panel):
     """Occupancy bar, counts, prefix-cache hit rate and who owns which block."""
 
     TITLE = "KV cache"
+    IS_SLOW = True
 
     def state_of(self, view: TopView) -> object:
         return view.kv

@@ -16,6 +16,7 @@ class TimelinePanel(Panel):
     """Arrival to now (or finish) in one strip, with the milestones as numbers."""
 
     TITLE = "Timeline"
+    IS_SLOW = True
 
     def state_of(self, view: TopView) -> object:
         selected = view.selected_request_id
