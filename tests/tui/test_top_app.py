@@ -14,7 +14,7 @@ from tests.tui.waiting import wait_for
 ADDRESS = "ipc:///run/user/1000/llmd/llmd.sock"
 
 
-def make_app():
+def make_app(slow_redraw_s: float = 0.0):
     client = FakeAsyncClient()
     num_connects = []
 
@@ -22,7 +22,9 @@ def make_app():
         num_connects.append(1)
         return client
 
-    app = create_top_app(client_factory, ADDRESS, interval_s=0.25, clock=lambda: 0.0)
+    app = create_top_app(
+        client_factory, ADDRESS, interval_s=0.25, clock=lambda: 0.0, slow_redraw_s=slow_redraw_s
+    )
     return app, client, num_connects
 
 
@@ -174,3 +176,17 @@ async def test_only_the_panels_whose_data_changed_are_redrawn():
         app.model.cycle_sort()
         changed = [panel.id for panel in panels if panel.show(app.model.view())]
         assert changed == ["requests"]
+
+
+async def test_slow_panels_wait_for_their_turn_unless_the_user_acts():
+    app, client, _ = make_app(slow_redraw_s=60.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await deliver(pilot, client, range(3))
+        latency = app.query_one("#latency")
+        queue = app.query_one("#queue")
+        drawn = latency._drawn_state
+        await deliver(pilot, client, range(3, 6))
+        assert latency._drawn_state == drawn  # the 60 s window moved, the panel waited
+        assert queue._drawn_state[1] == app.model.view().queue  # fast panels keep up
+        await pilot.press("s")  # a key press redraws everything at once
+        assert latency._drawn_state[1] == app.model.view().latency

@@ -32,7 +32,9 @@ from llmd.tui.top.panels.timeline import TimelinePanel
 
 DEFAULT_INTERVAL_S = 0.25
 CLOCK_TICK_S = 1.0
-"""How often the header's link state is redrawn while no snapshot arrives."""
+"""How often the screen catches up without a snapshot (link state, waiting slow panels)."""
+SLOW_REDRAW_S = 1.0
+"""Slow panels (latency window, efficiency, block map, timeline) redraw at most this often."""
 
 
 class TopApp(App):
@@ -62,9 +64,11 @@ class TopApp(App):
         address: str,
         interval_s: float = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        slow_redraw_s: float = SLOW_REDRAW_S,
     ) -> None:
         super().__init__()
         self.address = address
+        self.slow_redraw_s = slow_redraw_s
         self.model = TopModel(clock=clock)
         self.zoomed_number = 0
         """The panel shown on the whole screen (1-9), or 0 for the overview."""
@@ -93,11 +97,16 @@ class TopApp(App):
         self.run_worker(self.feed.run(), group="feed", exclusive=True)
         self.set_interval(CLOCK_TICK_S, self._on_clock_tick)
 
-    def redraw(self) -> None:
-        """Give every panel the model's current view; only the changed ones redraw."""
+    def redraw(self, is_urgent: bool = False) -> None:
+        """Give every panel the model's current view; only the changed ones redraw.
+
+        Slow panels wait up to `slow_redraw_s`, unless the user just acted (`is_urgent`).
+        """
         view = self.model.view()
+        now = time.monotonic()
+        slow_redraw_s = 0.0 if is_urgent else self.slow_redraw_s
         for panel in self.query(Panel):
-            panel.show(view)
+            panel.show(view, now, slow_redraw_s)
 
     def zoomable_panels(self) -> list[Panel]:
         """The panels in key order (1-9): all but the header."""
@@ -147,8 +156,7 @@ class TopApp(App):
         self.call_after_refresh(self._note_hidden_panels)
 
     def _on_clock_tick(self) -> None:
-        if self.model.connection.status != "live":
-            self.redraw()
+        self.redraw()
 
     # ------------------------------------------------------------------ feed events
 
@@ -180,18 +188,18 @@ class TopApp(App):
         self.model.toggle_pause()
         if not self.model.is_paused:
             self._take_snapshot()
-        self.redraw()
+        self.redraw(is_urgent=True)
 
     def action_sort(self) -> None:
         """Sort the request table by the next column."""
         self.model.cycle_sort()
-        self.redraw()
+        self.redraw(is_urgent=True)
 
     def action_select(self, delta: int) -> None:
         """Move the selection; the feed asks for the new request's timeline."""
         self.model.move_selection(delta)
         self.feed.timeline_request_id = self.model.selected_request_id
-        self.redraw()
+        self.redraw(is_urgent=True)
 
 
 def create_top_app(
@@ -199,6 +207,7 @@ def create_top_app(
     address: str,
     interval_s: float = DEFAULT_INTERVAL_S,
     clock: Callable[[], float] = time.monotonic,
+    slow_redraw_s: float = SLOW_REDRAW_S,
 ) -> TopApp:
     """The top app; the CLI passes a factory of AsyncClients, tests one of fakes."""
-    return TopApp(client_factory, address, interval_s, clock)
+    return TopApp(client_factory, address, interval_s, clock, slow_redraw_s)

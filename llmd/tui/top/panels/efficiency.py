@@ -38,6 +38,7 @@ class EfficiencyPanel(Panel):
     """Share of wall time spent stepping, decode GB/s and prefill TFLOP/s vs the device."""
 
     TITLE = "Efficiency"
+    IS_SLOW = True
 
     def state_of(self, view: TopView) -> object:
         return view.efficiency

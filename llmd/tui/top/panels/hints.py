@@ -19,7 +19,16 @@ class HintsPanel(Panel):
         return view.hints
 
     def groups(self, view: TopView | None, width: int) -> list[list[Text]]:
-        """Each hint's wrapped lines (or the note that none fires)."""
+        """Each hint's wrapped lines (or the note that none fires); wrapping is cached."""
+        key = (None if view is None else (view.has_snapshot, view.hints), width)
+        cached = getattr(self, "_groups_cache", None)
+        if cached is not None and cached[0] == key:
+            return [[line.copy() for line in group] for group in cached[1]]
+        groups = self._wrap_groups(view, width)
+        self._groups_cache = (key, groups)
+        return [[line.copy() for line in group] for group in groups]
+
+    def _wrap_groups(self, view: TopView | None, width: int) -> list[list[Text]]:
         if view is None or not view.has_snapshot:
             return [[Text("waiting for the first snapshot…", style="dim")]]
         if not view.hints:
@@ -27,13 +36,21 @@ class HintsPanel(Panel):
         return [wrapped([hint_line(hint)], width, self.app.console) for hint in view.hints]
 
     def get_content_height(self, container, viewport, width: int) -> int:
-        return sum(len(group) for group in self.groups(self.view, width))
+        """Lines the hints need; it only shrinks when the set of hints changes, so numbers
+        changing inside a hint never resize the panel (a resize repaints the whole screen)."""
+        needed = sum(len(group) for group in self.groups(self.view, width))
+        names = None if self.view is None else tuple(hint.name for hint in self.view.hints)
+        sticky = getattr(self, "_sticky_height", None)
+        if sticky is not None and sticky[0] == (names, width):
+            needed = max(needed, sticky[1])
+        self._sticky_height = ((names, width), needed)
+        return needed
 
-    def show(self, view: TopView) -> bool:
+    def show(self, view: TopView, now: float = 0.0, slow_redraw_s: float = 0.0) -> bool:
         width = self.content_size.width or 80
-        num_lines = self.get_content_height(None, None, width)
-        is_changed = super().show(view)
-        if is_changed and self.get_content_height(None, None, width) != num_lines:
+        height = self.get_content_height(None, None, width)
+        is_changed = super().show(view, now, slow_redraw_s)
+        if is_changed and self.get_content_height(None, None, width) != height:
             self.refresh(layout=True)  # the panel's height follows its content
         return is_changed
 

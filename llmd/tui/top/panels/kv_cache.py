@@ -32,6 +32,7 @@ class KVCachePanel(Panel):
     """Occupancy bar, counts, prefix-cache hit rate and who owns which block."""
 
     TITLE = "KV cache"
+    IS_SLOW = True
 
     def state_of(self, view: TopView) -> object:
         return view.kv
@@ -56,11 +57,12 @@ class KVCachePanel(Panel):
         for line in lines:
             line.truncate(width, overflow="ellipsis")
         if kv.cells:
-            legend = wrapped([self._legend(view, 1)], width, self.app.console)
-            map_rows = height - len(lines) - len(legend)
+            legend_rows = len(wrapped([self._legend(view, 1)], width, self.app.console))
+            map_rows = height - len(lines) - legend_rows
             if map_rows > 0:
                 grid, group = self._block_map(view, width, map_rows)
-                lines += grid + wrapped([self._legend(view, group)], width, self.app.console)
+                legend = self._legend(view, group)
+                lines += grid + wrapped([legend], width, self.app.console)
         return join_lines(lines, height)
 
     def _block_map(self, view: TopView, width: int, max_rows: int) -> tuple[list[Text], int]:
@@ -69,8 +71,11 @@ class KVCachePanel(Panel):
         lines = []
         for row in rows:
             line = Text()
-            for code in row:
-                line.append(glyph(code), style=cell_style(code))
+            start = 0
+            for index in range(1, len(row) + 1):  # one span per run of equal cells
+                if index == len(row) or row[index] != row[start]:
+                    line.append(glyph(row[start]) * (index - start), style=cell_style(row[start]))
+                    start = index
             lines.append(line)
         return lines, group
 

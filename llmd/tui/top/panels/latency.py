@@ -39,6 +39,7 @@ class LatencyPanel(Panel):
     """A p50/p90/p99 table over the daemon's metrics window, then goodput."""
 
     TITLE = "Latency"
+    IS_SLOW = True
 
     def state_of(self, view: TopView) -> object:
         return view.latency

@@ -125,11 +125,14 @@ class RequestsPanel(Panel):
         capacity = max(1, height - 2)
         for index in visible_range(len(rows), selected, capacity):
             row = rows[index]
-            line = Text()
-            for column in columns:
-                cell = column.cell(row, column.width)[: column.width].ljust(column.width + 1)
-                style = STATE_STYLES.get(row.state, "") if column.title == "state" else ""
-                line.append(cell, style=style)
+            cells = [
+                column.cell(row, column.width)[: column.width].ljust(column.width + 1)
+                for column in columns
+            ]
+            line = Text("".join(cells))
+            if columns[1].title == "state":
+                start = len(cells[0])
+                line.stylize(STATE_STYLES.get(row.state, ""), start, start + len(cells[1]))
             if row.is_finished:
                 line.stylize("dim")
             if row.request_id == view.selected_request_id:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from llmd.tui.formatting import MISSING, fmt_seconds
-from llmd.tui.top.panels.base import Panel, join_lines, wrapped
+from llmd.tui.top.panels.base import Panel, join_lines, styled_runs, wrapped
 from llmd.tui.top.timeline_strip import LEGEND, PREEMPTED, PREFILL, QUEUED, timeline_strip
 from llmd.tui.top.view import TopView
 
@@ -16,6 +16,7 @@ class TimelinePanel(Panel):
     """Arrival to now (or finish) in one strip, with the milestones as numbers."""
 
     TITLE = "Timeline"
+    IS_SLOW = True
 
     def state_of(self, view: TopView) -> object:
         selected = view.selected_request_id
@@ -47,9 +48,7 @@ class TimelinePanel(Panel):
             f"{num_preempted} preemption{'s' if num_preempted != 1 else ''}",
             style="dim",
         )
-        strip = Text()
-        for char in timeline_strip(timeline, width):
-            strip.append(char, style=GLYPH_STYLES.get(char, "green"))
+        strip = styled_runs(timeline_strip(timeline, width), lambda c: GLYPH_STYLES.get(c, "green"))
         end = timeline.finished_s if timeline.finished_s is not None else timeline.age_s
         end_text = fmt_seconds(end) if end is not None else MISSING
         axis = Text("0".ljust(max(1, width - len(end_text))) + end_text, style="dim")
