@@ -166,8 +166,9 @@ def test_max_tokens_beyond_the_context_is_rejected_not_capped(llm):
         llm.generate([[5, 6, 7]], SamplingParams(max_tokens=10_000))
     assert error.value.code == "request_too_large" and error.value.parameter == "max_tokens"
     assert "10003 tokens" in str(error.value) and "max_model_len is 256" in str(error.value)
-    outputs = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=253, ignore_eos=True))
-    assert len(outputs[0].token_ids) == 253 and outputs[0].finish_reason == "length"
+    exactly_fits = SamplingParams(max_tokens=6, ignore_eos=True)  # 250 + 6 == 256
+    outputs = llm.generate([[5] * 250], exactly_fits)
+    assert len(outputs[0].token_ids) == 6 and outputs[0].finish_reason == "length"
     assert not llm.engine.has_unfinished_requests()
 
 
