@@ -150,12 +150,13 @@ def test_generate_raises_typed_error_when_the_scheduler_cannot_progress(small_po
     engine = small_pool_llm.engine
     leaked = Request("leak", [1] * 40, SamplingParams(max_tokens=1))
     assert engine.block_manager.allocate_slots(leaked, 40)  # 10 blocks held by no request
-    try:
-        with pytest.raises(RequestFailedError, match="cannot be admitted"):
-            small_pool_llm.generate([[5] * 500], SamplingParams(max_tokens=1))
-        assert not engine.has_unfinished_requests()
-    finally:
-        engine.block_manager.free(leaked)
+    num_integrity_errors = engine.num_integrity_errors
+    with pytest.raises(RequestFailedError, match="cannot be admitted"):
+        small_pool_llm.generate([[5] * 500], SamplingParams(max_tokens=1))
+    assert not engine.has_unfinished_requests()
+    # Idle after failing it, the engine found the leak and rebuilt the pool: it serves again.
+    assert engine.num_integrity_errors == num_integrity_errors + 1
+    assert engine.block_manager.usage().num_used == 0
     outputs = small_pool_llm.generate([[5] * 500], SamplingParams(max_tokens=1))
     assert len(outputs[0].token_ids) == 1
 
