@@ -124,7 +124,7 @@ class Daemon:
             self.routes,
             self.metrics,
             self._daemon_facts,
-            self._send_message,
+            self._send,
         )
         self.state = "ok"
         self.dead_message: str | None = None

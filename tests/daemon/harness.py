@@ -20,7 +20,7 @@ from typing import Any
 import zmq
 
 from llmd.client import Client, DaemonNotRunningError
-from llmd.protocol import decode_daemon_message, pack
+from llmd.protocol import Keepalive, decode_daemon_message, pack
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENGINE_ARGS = ["--num-blocks", "512", "--max-model-len", "256", "--block-size", "16", "--no-http"]
@@ -145,11 +145,14 @@ class RawPeer:
         """Send a msgpack map."""
         self.send(pack(data))
 
-    def receive(self, timeout: float = 5.0):
-        """The next decoded daemon message, or None on timeout."""
-        if not self.socket.poll(int(timeout * 1000)):
-            return None
-        return decode_daemon_message(self.socket.recv())
+    def receive(self, timeout: float = 5.0, skip_keepalives: bool = True):
+        """The next decoded daemon message (keepalives skipped), or None on timeout."""
+        deadline = time.monotonic() + timeout
+        while self.socket.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+            message = decode_daemon_message(self.socket.recv())
+            if not (skip_keepalives and isinstance(message, Keepalive)):
+                return message
+        return None
 
     def close(self) -> None:
         """Close at once (unsent messages are dropped)."""
