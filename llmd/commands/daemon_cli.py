@@ -65,6 +65,13 @@ def _fail(error: Exception) -> click.ClickException:
     help="Largest message a client may send.",
 )
 @click.option(
+    "--max-connections",
+    type=int,
+    default=None,
+    help="Most client connections at once; more are refused with a log line "
+    "[default: half the file descriptors free at start].",
+)
+@click.option(
     "--slo-ttft-ms", type=float, default=None, help="Time-to-first-token target for goodput."
 )
 @click.option(
@@ -112,6 +119,7 @@ def serve(**kwargs: Any) -> None:
             log_file=kwargs["log_file"],
             max_queued_requests=kwargs["max_queued_requests"],
             max_message_bytes=kwargs["max_message_bytes"],
+            max_connections=kwargs["max_connections"],
             slo_ttft_ms=kwargs["slo_ttft_ms"],
             slo_tpot_ms=kwargs["slo_tpot_ms"],
             drain_timeout_s=kwargs["drain_timeout"],

@@ -29,6 +29,8 @@ IDLE_WAIT_S = 0.5
 EMPTY_STEP_WAIT_S = 0.002
 """Pause after a step that scheduled nothing although work exists (avoids a busy spin)."""
 NUM_RECENT_REQUESTS = 32
+MAX_COMMANDS_PER_STEP = 256
+"""While requests run, at most this many queued commands run between two steps."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class SnapshotCommand:
     on_ready: Callable[[dict[str, Any]], None]
     include_requests: bool = True
     include_block_map: bool = True
-    timeline_request_id: str | None = None
+    timeline_request_ids: tuple[str, ...] = ()
     max_requests: int = 64
 
 
@@ -166,14 +168,22 @@ class EngineLoop:
                 self._on_batch(batch)
 
     def _drain(self, batch: EngineBatch, wait_s: float | None) -> None:
-        """Run queued commands; wait up to `wait_s` for the first one when given."""
+        """Run queued commands; wait up to `wait_s` for the first one when given.
+
+        With requests to step, it stops after MAX_COMMANDS_PER_STEP, so a flood of
+        commands can slow the engine down but never stop it.
+        """
         try:
             command = self._commands.get(timeout=wait_s) if wait_s else self._commands.get_nowait()
         except queue.Empty:
             return
+        num_applied = 0
         while True:
             if command is not None:
                 self._apply(command, batch)
+                num_applied += 1
+            if num_applied >= MAX_COMMANDS_PER_STEP and self.engine.has_unfinished_requests():
+                return
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:
@@ -208,7 +218,7 @@ class EngineLoop:
                 self._recent,
                 command.include_requests,
                 command.include_block_map,
-                command.timeline_request_id,
+                command.timeline_request_ids,
                 command.max_requests,
             )
             command.on_ready(state)

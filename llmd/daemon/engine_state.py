@@ -1,13 +1,16 @@
-"""The engine's side of a stats snapshot: queues, KV use, request table, timeline, block map.
+"""The engine's side of a stats snapshot: queues, KV use, request table, timelines, block map.
 
 It reads scheduler and block-manager state, which only the engine thread may touch, so it
-runs there between steps and returns plain data; the I/O thread merges in the metrics.
+runs there between steps; it only copies (the block map's raw material is a few list
+copies, not a walk over every block), and the I/O thread builds the rest and merges in
+the metrics, so a snapshot costs the engine almost nothing however large the KV pool.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from llmd.engine.request import Request
@@ -17,15 +20,30 @@ MAX_TIMELINE_POINTS = 256
 """Most events and token times in a timeline (the newest are kept)."""
 
 
+@dataclass(frozen=True)
+class BlockMapCopy:
+    """What the block map is built from, copied on the engine thread in O(running) time."""
+
+    num_blocks: int
+    hashed_blocks: list[Any]
+    """Every block that holds a prefix-cache hash (its `block_id` never changes)."""
+    block_tables: list[tuple[str, list[int]]]
+    """(request id, block ids) of each running request holding blocks."""
+
+
 def collect_engine_state(
     engine: Any,
     recent: Iterable[Request],
     include_requests: bool,
     include_block_map: bool,
-    timeline_request_id: str | None,
+    timeline_request_ids: Sequence[str],
     max_requests: int,
 ) -> dict[str, Any]:
-    """Plain-data state of `engine` now; `recent` are recently finished requests, newest last."""
+    """State of `engine` now; `recent` are recently finished requests, newest last.
+
+    Plain data except "block_map_copy" (a BlockMapCopy, for `block_map`) and "timelines"
+    (request id -> timeline or None, for each of `timeline_request_ids`).
+    """
     now = time.monotonic()
     scheduler = engine.scheduler
     usage = engine.block_manager.usage()
@@ -58,13 +76,21 @@ def collect_engine_state(
         state["requests"] = [request_row(r, now) for r in live[:max_requests]]
         state["num_requests"] = len(live)
         state["recent"] = [request_row(r, now) for r in reversed(recent[-max_requests:])]
-    if timeline_request_id is not None:
-        request = scheduler.requests.get(timeline_request_id)
-        if request is None:
-            request = next((r for r in recent if r.request_id == timeline_request_id), None)
-        state["timeline"] = None if request is None else request_timeline(request, now)
+    if timeline_request_ids:
+        timelines: dict[str, Any] = {}
+        for request_id in timeline_request_ids:
+            request = scheduler.requests.get(request_id)
+            if request is None:
+                request = next((r for r in recent if r.request_id == request_id), None)
+            timelines[request_id] = None if request is None else request_timeline(request, now)
+        state["timelines"] = timelines
     if include_block_map:
-        state["block_map"] = block_map(engine)
+        manager = engine.block_manager
+        state["block_map_copy"] = BlockMapCopy(
+            manager.num_blocks,
+            list(manager.cached_blocks.values()),
+            [(r.request_id, list(r.block_ids)) for r in scheduler.running if r.block_ids],
+        )
     return state
 
 
@@ -117,24 +143,23 @@ def request_timeline(request: Request, now: float) -> dict[str, Any]:
     }
 
 
-def block_map(engine: Any) -> dict[str, Any]:
-    """Each block's owner (an index into `owners`), or FREE, CACHED or SHARED; encoded."""
-    manager = engine.block_manager
-    codes = [FREE] * manager.num_blocks
-    for block in manager.blocks:
-        if block.ref_count == 0 and block.block_hash is not None:
-            codes[block.block_id] = CACHED
-        elif block.ref_count > 1:
-            codes[block.block_id] = SHARED
+def block_map(copy: BlockMapCopy) -> dict[str, Any]:
+    """Each block's owner (an index into `owners`), or FREE, CACHED or SHARED; encoded.
+
+    Runs on the I/O thread. A block's ref count is the number of live block tables that
+    hold it, so shared blocks are those in several tables and cached ones are hashed
+    blocks in none.
+    """
+    codes = [FREE] * copy.num_blocks
+    for block in copy.hashed_blocks:
+        codes[block.block_id] = CACHED
     owners: list[str] = []
-    for request in engine.scheduler.running:
-        if not request.block_ids:
-            continue
+    for request_id, block_ids in copy.block_tables:
         index = len(owners)
-        owners.append(request.request_id)
-        for block_id in request.block_ids:
-            if codes[block_id] == FREE:
-                codes[block_id] = index
+        owners.append(request_id)
+        for block_id in block_ids:
+            code = codes[block_id]
+            codes[block_id] = index if code in (FREE, CACHED) else SHARED
     encoded = encode_block_map(codes)
     encoded["owners"] = owners
     encoded["codes"] = {"free": FREE, "cached": CACHED, "shared": SHARED}

@@ -33,6 +33,9 @@ class ServeOptions:
     """Most requests in flight (tokenizing, waiting or running); more get `overloaded`."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     """Largest message a client may send."""
+    max_connections: int | None = None
+    """Most client connections at once; more are shut down with a log line (None: half the
+    file descriptors free at start, after the soft limit is raised to the hard one)."""
     slo_ttft_ms: float | None = None
     """Time-to-first-token target for goodput (None: not enforced)."""
     slo_tpot_ms: float | None = None
@@ -50,6 +53,8 @@ class ServeOptions:
     def __post_init__(self) -> None:
         _positive("max_queued_requests", self.max_queued_requests, integer=True)
         _positive("max_message_bytes", self.max_message_bytes, integer=True)
+        if self.max_connections is not None:
+            _positive("max_connections", self.max_connections, integer=True)
         for name in ("slo_ttft_ms", "slo_tpot_ms"):
             value = getattr(self, name)
             if value is not None:

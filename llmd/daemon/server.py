@@ -17,7 +17,14 @@ from typing import Any
 import zmq
 
 from llmd import __version__
+from llmd.daemon.connection_gate import (
+    ConnectionGate,
+    default_max_connections,
+    num_open_descriptors,
+    raise_descriptor_limit,
+)
 from llmd.daemon.engine_loop import EngineLoop
+from llmd.daemon.keepalive import KeepaliveSchedule
 from llmd.daemon.outbox import Drain, EngineDied, Outbox, Send, SnapshotReady
 from llmd.daemon.routes import RouteTable
 from llmd.daemon.serve_options import ServeOptions
@@ -71,9 +78,6 @@ HEARTBEAT_IVL_MS = 2_000
 HEARTBEAT_TIMEOUT_MS = 6_000
 """ZMTP heartbeats drop a connection whose peer machine stopped answering."""
 LINGER_MS = 2_000
-KEEPALIVE_INTERVAL_S = 1.0
-"""A connection with requests in flight hears from the daemon at least this often; a
-keepalive that cannot be delivered reveals a vanished client (its requests are aborted)."""
 
 
 class Daemon:
@@ -112,19 +116,18 @@ class Daemon:
             self.routes,
             self.metrics,
             self._daemon_facts,
-            self._send_message,
+            self._send,
         )
         self.state = "ok"
         self.dead_message: str | None = None
         self._gone_peers: set[bytes] = set()
-        self._last_sent: dict[bytes, float] = {}
-        """When each connection with work in flight was last sent anything."""
-        self._next_keepalive = time.monotonic() + KEEPALIVE_INTERVAL_S
+        self._keepalives = KeepaliveSchedule()
         self._drain_deadline: float | None = None
         self._aborted_at: float | None = None
         self._shutdown_requesters: list[tuple[bytes, str]] = []
         self._context = zmq.Context()
         self._socket: zmq.Socket | None = None
+        self.gate: ConnectionGate | None = None
         self._is_stopped = False
 
     def _on_engine_batch(self, batch: Any) -> None:
@@ -143,10 +146,16 @@ class Daemon:
         socket.setsockopt(zmq.LINGER, LINGER_MS)
         socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
         socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        descriptor_limit = raise_descriptor_limit()
+        max_connections = self.options.max_connections or default_max_connections(
+            descriptor_limit, num_open_descriptors()
+        )
+        gate = ConnectionGate(socket, self.address, max_connections)
         old_umask = os.umask(0o177)  # an ipc socket file is created 0600, never wider
         try:
             socket.bind(str(self.address))
         except zmq.ZMQError as error:
+            gate.close()
             socket.close(linger=0)
             message = f"cannot listen on {self.address}: {error}"
             raise InvalidParameterError(message, "address") from None
@@ -154,7 +163,13 @@ class Daemon:
             os.umask(old_umask)
         if self.address.scheme == "ipc":
             os.chmod(self.address.path, 0o600)
+        logger.info(
+            "descriptor limit %d: accepting at most %d connections",
+            descriptor_limit,
+            max_connections,
+        )
         self._socket = socket
+        self.gate = gate
 
     def request_drain(self, now: bool = False, timeout_s: float | None = None) -> None:
         """Begin a graceful (or immediate) shutdown; safe from any thread or signal handler."""
@@ -164,16 +179,19 @@ class Daemon:
         """Run the I/O loop until drained, then stop the threads and close the socket."""
         if self._socket is None:
             self.bind()
-        assert self._socket is not None  # bind() sets it
+        assert self._socket is not None and self.gate is not None  # bind() sets them
         self.engine_loop.start()
         self.text_worker.start()
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
         poller.register(self.outbox.fileno(), zmq.POLLIN)
+        poller.register(self.gate.monitor, zmq.POLLIN)
         logger.info("serving %s on %s (pid %d)", self.engine.model_name, self.address, os.getpid())
         try:
             while not self._is_stopped:
                 events = dict(poller.poll(self.stats.poll_timeout_ms(POLL_INTERVAL_MS)))
+                if self.gate.monitor in events and self.gate.on_events():
+                    self._keepalives.on_disconnect()  # a connection closed: find whose, now
                 if self._socket in events:
                     self._receive_all()
                 for item in self.outbox.drain():
@@ -190,6 +208,8 @@ class Daemon:
             self._send_message(peer, Ack(client_id, "stopped"))
         self.text_worker.stop()
         self.engine_loop.stop()
+        if self.gate is not None:
+            self.gate.close()
         if self._socket is not None:
             self._socket.close(linger=LINGER_MS)
         self._context.term()
@@ -321,22 +341,15 @@ class Daemon:
                 raise
             self._on_peer_gone(peer)
             return
-        if peer in self._last_sent:
-            self._last_sent[peer] = time.monotonic()
+        self._keepalives.on_sent(peer)
 
     def _send_keepalives(self) -> None:
-        """Once a second, probe each connection with work in flight that heard nothing lately."""
-        now = time.monotonic()
-        if now < self._next_keepalive:
-            return
-        self._next_keepalive = now + KEEPALIVE_INTERVAL_S
-        busy_peers = set(self.routes.peers()) | self.stats.peers()
-        self._last_sent = {
-            peer: self._last_sent.get(peer, 0.0) for peer in busy_peers - self._gone_peers
-        }
-        keepalive = encode(Keepalive(self.instance_id))
-        for peer, last_sent in list(self._last_sent.items()):
-            if now - last_sent >= KEEPALIVE_INTERVAL_S:
+        """Probe each connection with work in flight that heard nothing lately."""
+        busy_peers = (set(self.routes.peers()) | self.stats.peers()) - self._gone_peers
+        due = self._keepalives.due(busy_peers)
+        if due:
+            keepalive = encode(Keepalive(self.instance_id))
+            for peer in due:
                 self._send(peer, keepalive)
 
     def _on_peer_gone(self, peer: bytes) -> None:
@@ -383,6 +396,9 @@ class Daemon:
             "num_in_flight": len(self.routes),
             "max_queued_requests": self.options.max_queued_requests,
             "num_subscriptions": len(self.stats.subscriptions),
+            "num_connections": None if self.gate is None else self.gate.num_connections,
+            "max_connections": None if self.gate is None else self.gate.max_connections,
+            "num_refused_connections": None if self.gate is None else self.gate.num_refused,
         }
 
     def _health(self, peer: bytes, request: HealthRequest) -> HealthReply:

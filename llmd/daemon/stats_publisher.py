@@ -1,8 +1,12 @@
-"""Stats for the I/O thread: one-shot snapshots and periodic subscriptions.
+"""Stats for the I/O thread: one-shot snapshots and periodic subscriptions, coalesced.
 
-The engine's part of a snapshot is collected by the engine thread between steps and
-comes back through the outbox; here it is merged with the daemon's facts and metrics,
-and each subscription asks for its next snapshot only once the previous one was sent.
+The engine's part of a snapshot is copied by the engine thread between steps and comes
+back through the outbox. However many stats requests and subscriptions are due, at most
+one collection is in flight: it covers all of them, the I/O thread builds the rest (block
+map, metrics, daemon facts) once, and each distinct set of options is packed once. So
+the engine's cost does not grow with the number of subscribers; their number per peer
+and in total is capped, and each subscription's next snapshot is asked for only once the
+previous one was sent.
 """
 
 from __future__ import annotations
@@ -13,9 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmd.daemon.engine_loop import EngineLoop, SnapshotCommand
+from llmd.daemon.engine_state import block_map
 from llmd.daemon.outbox import Outbox, SnapshotReady
 from llmd.daemon.routes import RouteTable
-from llmd.protocol import StatsReply, StatsRequest, SubscribeRequest, WireMessage
+from llmd.errors import OverloadedError
+from llmd.protocol import StatsRequest, SubscribeRequest, pack_stats_reply, pack_value
+
+MAX_SUBSCRIPTIONS_PER_PEER = 64
+MAX_SUBSCRIPTIONS = 1024
 
 
 @dataclass
@@ -25,6 +34,26 @@ class Subscription:
     request: SubscribeRequest
     next_due: float
     is_pending: bool = False
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """A stats request or subscription tick waiting for the next collection."""
+
+    peer: bytes
+    request: StatsRequest
+    is_subscription: bool
+
+    @property
+    def view_key(self) -> tuple[bool, bool, str | None, int]:
+        """The options that shape its snapshot: waiters with equal keys share one."""
+        request = self.request
+        return (
+            request.include_requests,
+            request.include_block_map,
+            request.timeline_request_id,
+            request.max_requests,
+        )
 
 
 class StatsPublisher:
@@ -37,7 +66,7 @@ class StatsPublisher:
         routes: RouteTable,
         metrics: Any,
         daemon_facts: Callable[[], dict[str, Any]],
-        send: Callable[[bytes, WireMessage], None],
+        send: Callable[[bytes, bytes], None],
     ) -> None:
         self._engine_loop = engine_loop
         self._outbox = outbox
@@ -46,87 +75,154 @@ class StatsPublisher:
         self._daemon_facts = daemon_facts
         self._send = send
         self.subscriptions: dict[tuple[bytes, str], Subscription] = {}
-        self._pending: dict[tuple[bytes, str, bool], None] = {}
-        """Requests whose engine part has not come back yet."""
+        self._waiting: list[Waiter] = []
+        """Waiters for the next collection."""
+        self._collecting: list[Waiter] | None = None
+        """Waiters of the collection in flight (None when none is)."""
+        self.num_collections = 0
+        """Engine-state collections asked for since start."""
 
     def subscribe(self, peer: bytes, request: SubscribeRequest) -> None:
         """Start (or replace) a subscription; the first snapshot goes out at once."""
-        self.subscriptions[(peer, request.id)] = Subscription(request, next_due=time.monotonic())
+        key = (peer, request.id)
+        if key not in self.subscriptions:
+            num_of_peer = sum(1 for other, _ in self.subscriptions if other == peer)
+            if num_of_peer >= MAX_SUBSCRIPTIONS_PER_PEER:
+                raise OverloadedError(
+                    f"this connection has {num_of_peer} subscriptions, the most allowed; "
+                    "unsubscribe one first"
+                )
+            if len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
+                raise OverloadedError(
+                    f"the daemon has {len(self.subscriptions)} subscriptions, the most "
+                    "allowed; retry later"
+                )
+        self.subscriptions[key] = Subscription(request, next_due=time.monotonic())
 
     def unsubscribe(self, peer: bytes, subscription_id: str) -> None:
         """End a subscription (unknown ids are ignored)."""
         self.subscriptions.pop((peer, subscription_id), None)
-
-    def knows(self, peer: bytes, client_id: str) -> bool:
-        """True while `client_id` is a live subscription or an unanswered stats request."""
-        return (peer, client_id) in self.subscriptions or (peer, client_id, False) in self._pending
-
-    def peers(self) -> set[bytes]:
-        """Every peer with a subscription."""
-        return {peer for peer, _ in self.subscriptions}
 
     def drop_peer(self, peer: bytes) -> None:
         """End every subscription of a peer that went away."""
         for key in [key for key in self.subscriptions if key[0] == peer]:
             del self.subscriptions[key]
 
+    def knows(self, peer: bytes, client_id: str) -> bool:
+        """True while `client_id` is a live subscription or an unanswered stats request."""
+        if (peer, client_id) in self.subscriptions:
+            return True
+        waiters = self._waiting + (self._collecting or [])
+        return any(w.peer == peer and w.request.id == client_id for w in waiters)
+
+    def peers(self) -> set[bytes]:
+        """Every peer with a subscription."""
+        return {peer for peer, _ in self.subscriptions}
+
     def request(self, peer: bytes, request: StatsRequest, is_subscription: bool = False) -> None:
-        """Ask the engine thread for its state; the reply is sent when it comes back."""
-        if self._engine_loop.dead_error is not None or not self._engine_loop.is_alive:
-            self.on_ready(SnapshotReady(peer, request.id, {}, is_subscription))
+        """Answer with the next collection of the engine's state."""
+        self._waiting.append(Waiter(peer, request, is_subscription))
+        self._collect()
+
+    def _collect(self) -> None:
+        """Ask the engine for one collection covering every waiter, unless one is in flight."""
+        if self._collecting is not None or not self._waiting:
             return
-        self._pending[(peer, request.id, is_subscription)] = None
+        waiters, self._waiting = self._waiting, []
+        self._collecting = waiters
+        if self._engine_loop.dead_error is not None or not self._engine_loop.is_alive:
+            self.on_ready(SnapshotReady(b"", "", {}, False))
+            return
+        requests = [w.request for w in waiters]
+        timeline_ids = {r.timeline_request_id for r in requests} - {None}
+        outbox = self._outbox
 
         def on_ready(engine_state: dict[str, Any]) -> None:  # runs in the engine thread
-            self._outbox.post(SnapshotReady(peer, request.id, engine_state, is_subscription))
+            outbox.post(SnapshotReady(b"", "", engine_state, False))
 
+        self.num_collections += 1
         self._engine_loop.submit(
             SnapshotCommand(
                 on_ready,
-                request.include_requests,
-                request.include_block_map,
-                request.timeline_request_id,
-                request.max_requests,
+                any(r.include_requests for r in requests),
+                any(r.include_block_map for r in requests),
+                tuple(sorted(timeline_ids)),  # type: ignore[arg-type]
+                max(r.max_requests for r in requests),
             )
         )
 
     def on_ready(self, item: SnapshotReady) -> None:
-        """Send a snapshot whose engine part has arrived."""
-        self._pending.pop((item.peer, item.client_id, item.is_subscription), None)
-        if item.is_subscription:
-            subscription = self.subscriptions.get((item.peer, item.client_id))
-            if subscription is None:
-                return  # unsubscribed meanwhile
-            subscription.is_pending = False
-        self._send(item.peer, StatsReply(item.client_id, self.snapshot(item.engine_state)))
+        """The collection came back: answer each of its waiters, then start the next one."""
+        waiters, self._collecting = self._collecting or [], None
+        base, parts = self._split(item.engine_state)
+        packed: dict[tuple[bool, bool, str | None, int], bytes] = {}
+        for waiter in waiters:
+            if waiter.is_subscription:
+                subscription = self.subscriptions.get((waiter.peer, waiter.request.id))
+                if subscription is None:
+                    continue  # unsubscribed meanwhile
+                subscription.is_pending = False
+            key = waiter.view_key
+            if key not in packed:
+                packed[key] = pack_value(self._view(base, parts, key))
+            self._send(waiter.peer, pack_stats_reply(waiter.request.id, packed[key]))
+        self._collect()
 
     def answer_pending(self) -> None:
         """The engine died: answer what it never will, without its part."""
-        for peer, client_id, is_subscription in list(self._pending):
-            self.on_ready(SnapshotReady(peer, client_id, {}, is_subscription))
+        if self._collecting is not None:
+            self.on_ready(SnapshotReady(b"", "", {}, False))
 
-    def snapshot(self, engine_state: dict[str, Any]) -> dict[str, Any]:
-        """A full snapshot: daemon facts, metrics and the engine's state."""
-        snapshot: dict[str, Any] = {
+    def _split(self, engine_state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The part every snapshot shares, and the optional parts, built once."""
+        engine_state = dict(engine_state)
+        parts: dict[str, Any] = {
+            "timelines": engine_state.pop("timelines", {}),
+            "requests": engine_state.pop("requests", None),
+            "recent": engine_state.pop("recent", None),
+            "num_requests": engine_state.pop("num_requests", None),
+        }
+        copy = engine_state.pop("block_map_copy", None)
+        parts["block_map"] = None if copy is None else block_map(copy)
+        for row in parts["requests"] or ():
+            key = self._routes.key_of(row["request_id"])
+            row["client_id"] = None if key is None else key[1]
+        for row in parts["recent"] or ():
+            row["client_id"] = None
+        base = {
             "time": time.time(),
             "daemon": self._daemon_facts(),
             **self._metrics.snapshot(),
             **engine_state,
         }
-        for row in snapshot.get("requests", ()):
-            key = self._routes.key_of(row["request_id"])
-            row["client_id"] = None if key is None else key[1]
+        return base, parts
+
+    @staticmethod
+    def _view(
+        base: dict[str, Any], parts: dict[str, Any], key: tuple[bool, bool, str | None, int]
+    ) -> dict[str, Any]:
+        include_requests, include_block_map, timeline_request_id, max_requests = key
+        snapshot = dict(base)
+        if include_requests and parts["requests"] is not None:
+            snapshot["requests"] = parts["requests"][:max_requests]
+            snapshot["num_requests"] = parts["num_requests"]
+            snapshot["recent"] = parts["recent"][:max_requests]
+        if timeline_request_id is not None and "queue" in base:
+            snapshot["timeline"] = parts["timelines"].get(timeline_request_id)
+        if include_block_map and parts["block_map"] is not None:
+            snapshot["block_map"] = parts["block_map"]
         return snapshot
 
     def run_due(self) -> None:
-        """Request the next snapshot of every subscription that is due."""
+        """Queue the next snapshot of every subscription that is due."""
         now = time.monotonic()
         for (peer, _), subscription in list(self.subscriptions.items()):
             if subscription.is_pending or now < subscription.next_due:
                 continue
             subscription.is_pending = True
             subscription.next_due = now + subscription.request.interval_ms / 1000
-            self.request(peer, subscription.request.stats_request(), is_subscription=True)
+            self._waiting.append(Waiter(peer, subscription.request.stats_request(), True))
+        self._collect()
 
     def poll_timeout_ms(self, longest_ms: int) -> int:
         """How long the I/O thread may sleep before a subscription is due."""

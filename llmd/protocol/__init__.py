@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
+
 from llmd.protocol.address import Address, default_address, parse_address, runtime_dir
 from llmd.protocol.client_messages import (
     CLIENT_MESSAGE_TYPES,
@@ -79,6 +81,8 @@ __all__ = [
     "error_from_code",
     "message_id",
     "pack",
+    "pack_stats_reply",
+    "pack_value",
     "parse_address",
     "parse_message",
     "runtime_dir",
@@ -88,6 +92,22 @@ __all__ = [
 def encode(message: WireMessage) -> bytes:
     """msgpack bytes of a message."""
     return pack(message.to_wire())
+
+
+def pack_value(value: Any) -> bytes:
+    """msgpack bytes of any plain value (a part packed once and spliced into many messages)."""
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def pack_stats_reply(client_id: str, packed_snapshot: bytes) -> bytes:
+    """A `stats` message around a snapshot packed once for every subscriber who shares it.
+
+    The same bytes `encode(StatsReply(client_id, snapshot))` gives, without packing the
+    snapshot again for each recipient.
+    """
+    header = msgpack.Packer(use_bin_type=True).pack_map_header(4)
+    fields = ("type", StatsReply.TYPE, "v", PROTOCOL_VERSION, "id", client_id, "snapshot")
+    return header + b"".join(pack_value(value) for value in fields) + packed_snapshot
 
 
 def parse_message(data: dict[str, Any], types: dict[str, type[WireMessage]]) -> Any:

@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from llmd.client import AsyncClient, Client, DaemonNotRunningError, TokenDelta
-from llmd.client.errors import daemon_not_running
+from llmd.client.errors import RequestLostError, daemon_not_running
 from llmd.errors import InvalidParameterError, OverloadedError
 from llmd.protocol import (
     AbortRequest,
@@ -113,6 +113,8 @@ class FakeDaemon:
         self.address = address
         self.received: list = []
         self.is_mute = False
+        self.forgets_requests = False
+        """Probes are answered as instance "i1", which knows none of the probed ids."""
         self._script = script
         self._finish_after_probes = finish_after_probes
         self._socket = zmq.Context.instance().socket(zmq.ROUTER)
@@ -139,9 +141,12 @@ class FakeDaemon:
                 continue
             if isinstance(message, HealthRequest):
                 num_probes += 1
-                replies.append(
-                    HealthReply(message.id, "ok", True, 1, "fake", self.address, 0.0, 0, "0", 1)
+                lost = {"instance_id": "i1", "unknown_request_ids": message.request_ids or []}
+                extra = lost if self.forgets_requests else {}
+                reply = HealthReply(
+                    message.id, "ok", True, 1, "fake", self.address, 0.0, 0, "0", 1, **extra
                 )
+                replies.append(reply)
                 if num_probes == self._finish_after_probes and last_generate is not None:
                     replies.append(Finished(last_generate, "length", None, [1], {}, {}))
             elif not isinstance(message, AbortRequest):
@@ -227,6 +232,38 @@ def test_a_duplicate_id_refusal_leaves_the_live_stream_alone(fake_address):
         assert [type(e).__name__ for e in events] == [
             "Accepted", "TokenDelta", "TokenDelta", "Finished"
         ]  # fmt: skip
+    finally:
+        fake.close()
+
+
+def _raised(stream) -> Exception | None:
+    try:
+        next(stream)
+    except Exception as error:
+        return error
+    return None
+
+
+def test_a_request_the_daemon_has_no_record_of_fails_at_once(fake_address):
+    def accepted_then_silent(message):
+        yield Accepted(message.id, "req-1", 3, instance_id="i1")
+
+    fake = FakeDaemon(fake_address, accepted_then_silent)
+    fake.forgets_requests = True  # as after a dropped connection: the daemon lives on
+    try:
+        outcome: dict[str, object] = {}
+        with Client(fake.address, timeout=0.4) as client:
+            stream = client.stream("x")
+            accepted = next(stream)
+            assert isinstance(accepted, Accepted)
+            waiter = threading.Thread(target=lambda: outcome.update(error=_raised(stream)))
+            waiter.start()
+            waiter.join(10)
+            assert not waiter.is_alive(), "the client waits forever on a forgotten request"
+        assert isinstance(outcome["error"], RequestLostError)
+        assert outcome["error"].code == "request_lost"
+        probes = [m for m in fake.received if isinstance(m, HealthRequest)]
+        assert probes[0].request_ids == [accepted.id]
     finally:
         fake.close()
 

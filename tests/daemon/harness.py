@@ -20,7 +20,7 @@ from typing import Any
 import zmq
 
 from llmd.client import Client, DaemonNotRunningError
-from llmd.protocol import decode_daemon_message, pack
+from llmd.protocol import Keepalive, decode_daemon_message, pack
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENGINE_ARGS = ["--num-blocks", "512", "--max-model-len", "256", "--block-size", "16"]
@@ -52,14 +52,27 @@ def run_cli(args: list[str], env: dict[str, str], timeout: float = 60.0):
 
 
 def start_daemon(
-    model_dir: Path, address: str | None, env: dict[str, str], log_path: Path, *extra: str
+    model_dir: Path,
+    address: str | None,
+    env: dict[str, str],
+    log_path: Path,
+    *extra: str,
+    preexec_fn: Any = None,
 ):
-    """Start a foreground daemon process logging to `log_path`; wait until it is healthy."""
+    """Start a foreground daemon process logging to `log_path`; wait until it is healthy.
+
+    `preexec_fn` runs in the child before it starts (to set resource limits, say).
+    """
     command = [sys.executable, "-m", "llmd.cli", "serve", "--model", str(model_dir)]
     command += ENGINE_ARGS + (["--address", address] if address else []) + list(extra)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            command, env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log
+            command,
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            preexec_fn=preexec_fn,
         )
     process.log_path = log_path  # type: ignore[attr-defined]
     wait_healthy(address or _default_address(env), process)
@@ -132,11 +145,14 @@ class RawPeer:
         """Send a msgpack map."""
         self.send(pack(data))
 
-    def receive(self, timeout: float = 5.0):
-        """The next decoded daemon message, or None on timeout."""
-        if not self.socket.poll(int(timeout * 1000)):
-            return None
-        return decode_daemon_message(self.socket.recv())
+    def receive(self, timeout: float = 5.0, skip_keepalives: bool = True):
+        """The next decoded daemon message (keepalives skipped), or None on timeout."""
+        deadline = time.monotonic() + timeout
+        while self.socket.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+            message = decode_daemon_message(self.socket.recv())
+            if not (skip_keepalives and isinstance(message, Keepalive)):
+                return message
+        return None
 
     def close(self) -> None:
         """Close at once (unsent messages are dropped)."""

@@ -1,0 +1,72 @@
+"""Hundreds of idle connections against a daemon started with few file descriptors.
+
+The daemon starts with a soft RLIMIT_NOFILE of 256 (libzmq aborts the process when an
+ipc accept finds no free descriptor) and a connection cap below the flood: it raises its
+soft limit, refuses the connections beyond the cap with a log line, keeps serving the
+clients it has, and accepts new ones once the flood is gone.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import pytest
+import zmq
+
+from llmd.client import Client
+from tests.daemon.harness import daemon_env, start_daemon
+
+SOFT_DESCRIPTOR_LIMIT = 256
+NUM_IDLE_CONNECTIONS = 300
+MAX_CONNECTIONS = 100
+
+
+def _low_descriptor_limit() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (SOFT_DESCRIPTOR_LIMIT, hard))
+
+
+def test_an_idle_connection_flood_is_refused_not_fatal(tiny_model_dir, tmp_path):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4 * NUM_IDLE_CONNECTIONS:
+        pytest.skip(f"the hard descriptor limit ({hard}) leaves no room to raise the soft one")
+    if soft < 4 * NUM_IDLE_CONNECTIONS:  # this process holds two descriptors per connection
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    address = f"ipc://{tmp_path / 'fds.sock'}"
+    log_path = tmp_path / "daemon.log"
+    process = start_daemon(
+        tiny_model_dir, address, daemon_env(), log_path,
+        "--max-connections", str(MAX_CONNECTIONS), preexec_fn=_low_descriptor_limit,
+    )  # fmt: skip
+    flood = zmq.Context()
+    try:
+        with Client(address, timeout=10.0) as client:
+            client.health()  # connected before the flood
+            sockets = []
+            for _ in range(NUM_IDLE_CONNECTIONS):
+                idle = flood.socket(zmq.DEALER)
+                idle.setsockopt(zmq.LINGER, 0)
+                idle.connect(address)
+                sockets.append(idle)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
+                if facts["num_refused_connections"] > 0:
+                    break
+                time.sleep(0.1)
+            assert process.poll() is None, log_path.read_text()
+            assert facts["num_refused_connections"] > 0
+            assert facts["max_connections"] == MAX_CONNECTIONS
+            completion = client.generate("still serving", params={"max_tokens": 2})
+            assert completion.finish_reason == "length"
+            for idle in sockets:
+                idle.close()
+        with Client(address, timeout=10.0) as fresh:  # a new connection once the flood ends
+            assert fresh.generate("again", params={"max_tokens": 2}).finish_reason == "length"
+        assert process.poll() is None, log_path.read_text()
+        assert "(--max-connections)" in log_path.read_text()
+    finally:
+        flood.destroy(linger=0)
+        process.terminate()
+        process.wait(30)
