@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmd.config import EngineConfig
-from llmd.engine.detokenizer import IncrementalDetokenizer
+from llmd.engine.detokenizer import DetokenizerDelta, IncrementalDetokenizer
 from llmd.engine.request import FinishReason, Request
 from llmd.errors import InvalidParameterError
 from llmd.llm_engine import LLMEngine
@@ -42,7 +42,7 @@ class _Tracked:
         self.index = index
         self.prompt = prompt
         self.request = request
-        self.detokenizer: IncrementalDetokenizer = detok
+        self.detokenizer: IncrementalDetokenizer | _NoTextDetokenizer = detok
         self.logprobs: list[TokenLogprob] | None = (
             [] if request.sampling_params.logprobs is not None else None
         )
@@ -121,15 +121,19 @@ class LLM:
     ) -> dict[str, _Tracked]:
         live: dict[str, _Tracked] = {}
         try:
+            tokenizer = self.engine.tokenizer
             for index, (prompt, params) in enumerate(zip(prompts, params_list)):
                 text = prompt if isinstance(prompt, str) else None
-                token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+                if tokenizer is None:
+                    _require_token_ids_only(prompt, params)
+                token_ids = tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
                 request = self.engine.add_request(list(token_ids), params)
-                detok = IncrementalDetokenizer(
-                    self.tokenizer,
-                    request.prompt_token_ids,
-                    params.skip_special_tokens,
-                    params.stop,
+                detok = (
+                    _NoTextDetokenizer()
+                    if tokenizer is None
+                    else IncrementalDetokenizer(
+                        tokenizer, request.prompt_token_ids, params.skip_special_tokens, params.stop
+                    )
                 )
                 live[request.request_id] = _Tracked(index, text, request, detok)
         except Exception:
@@ -177,6 +181,35 @@ class LLM:
             stop_reason=request.stop_reason,
             metrics=RequestMetrics.from_request(request),
             logprobs=tracked.logprobs,
+        )
+
+
+class _NoTextDetokenizer:
+    """Stands in for the detokenizer when the engine has no tokenizer: ids flow, text is ""."""
+
+    output_text = ""
+
+    def update(self, new_token_ids: list[int], exclude_last: bool = False) -> DetokenizerDelta:
+        """No text for any tokens."""
+        return DetokenizerDelta("")
+
+    def flush(self) -> str:
+        """Nothing is ever held back."""
+        return ""
+
+
+def _require_token_ids_only(prompt: Prompt, params: SamplingParams) -> None:
+    """Refuse what needs a tokenizer on an engine built with skip_tokenizer_init."""
+    if isinstance(prompt, str):
+        raise InvalidParameterError(
+            "this engine has no tokenizer (skip_tokenizer_init): give prompts as token ids",
+            "prompts",
+        )
+    if params.stop:
+        raise InvalidParameterError(
+            "stop strings need a tokenizer and this engine has none (skip_tokenizer_init): "
+            "use stop_token_ids",
+            "stop",
         )
 
 

@@ -186,7 +186,10 @@ class LLMEngine:
         except SchedulerStallError as error:  # never step empty plans forever: fail the head
             logger.error("scheduler stalled: %s", error)
             update = self._fail_request(error.request_id, error)
-            return StepResult([update] if update is not None else [], None)
+            updates = [update] if update is not None else []
+            if self.scheduler.has_unfinished_requests:
+                return StepResult(updates, None)
+            return StepResult(updates, None, self._check_pool_at_idle())  # e.g. leaked blocks
         scheduled = time.monotonic()
         if plan.is_empty:
             return StepResult([], None)

@@ -67,7 +67,13 @@ class SamplingParams:
         self._validate()
 
     def _validate(self) -> None:
-        _check_number("temperature", self.temperature, 0.0, MAX_TEMPERATURE)
+        _check_number("temperature", self.temperature)
+        require(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
+        require(
+            self.temperature <= MAX_TEMPERATURE,
+            "temperature",
+            f"must be <= {MAX_TEMPERATURE:g}, got {self.temperature}",
+        )
         _check_int("top_k", self.top_k, -1, MAX_INT32)
         _check_number("top_p", self.top_p, 0.0, 1.0, is_low_open=True)
         _check_number("min_p", self.min_p, 0.0, 1.0)
@@ -139,7 +145,11 @@ def _as_tuple(name: str, value: Any) -> tuple:
 
 
 def _check_number(
-    name: str, value: Any, low: float, high: float, is_low_open: bool = False
+    name: str,
+    value: Any,
+    low: float = -math.inf,
+    high: float = math.inf,
+    is_low_open: bool = False,
 ) -> None:
     """Require a finite real number (an int is accepted) in [low, high], or (low, high]."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -37,7 +37,7 @@ def _fail(error: Exception) -> click.ClickException:
 @click.option("--system", "system_prompt", default=None, help="System prompt.")
 @click.option("--temperature", "-t", type=float, default=None, help="Sampling temperature [0.7].")
 @click.option("--top-p", type=float, default=None, help="Nucleus sampling mass [0.95].")
-@click.option("--max-tokens", type=int, default=None, help="Most tokens per reply [512].")
+@click.option("--max-tokens", type=int, default=None, help="Most tokens per reply [256].")
 @click.option("--seed", type=int, default=None, help="Sampling seed (reproducible replies).")
 @click.option("--stats", is_flag=True, help="One-shot: print the reply's stats to stderr.")
 def chat(address: str | None, prompt: str | None, system_prompt: str | None, stats: bool,

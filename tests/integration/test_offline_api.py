@@ -150,12 +150,13 @@ def test_generate_raises_typed_error_when_the_scheduler_cannot_progress(small_po
     engine = small_pool_llm.engine
     leaked = Request("leak", [1] * 40, SamplingParams(max_tokens=1))
     assert engine.block_manager.allocate_slots(leaked, 40)  # 10 blocks held by no request
-    try:
-        with pytest.raises(RequestFailedError, match="cannot be admitted"):
-            small_pool_llm.generate([[5] * 500], SamplingParams(max_tokens=1))
-        assert not engine.has_unfinished_requests()
-    finally:
-        engine.block_manager.free(leaked)
+    num_integrity_errors = engine.num_integrity_errors
+    with pytest.raises(RequestFailedError, match="cannot be admitted"):
+        small_pool_llm.generate([[5] * 500], SamplingParams(max_tokens=1))
+    assert not engine.has_unfinished_requests()
+    # Idle after failing it, the engine found the leak and rebuilt the pool: it serves again.
+    assert engine.num_integrity_errors == num_integrity_errors + 1
+    assert engine.block_manager.usage().num_used == 0
     outputs = small_pool_llm.generate([[5] * 500], SamplingParams(max_tokens=1))
     assert len(outputs[0].token_ids) == 1
 
@@ -166,6 +167,35 @@ def test_max_tokens_beyond_the_context_is_rejected_not_capped(llm):
         llm.generate([[5, 6, 7]], SamplingParams(max_tokens=10_000))
     assert error.value.code == "request_too_large" and error.value.parameter == "max_tokens"
     assert "10003 tokens" in str(error.value) and "max_model_len is 256" in str(error.value)
-    outputs = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=253, ignore_eos=True))
-    assert len(outputs[0].token_ids) == 253 and outputs[0].finish_reason == "length"
+    exactly_fits = SamplingParams(max_tokens=6, ignore_eos=True)  # 250 + 6 == 256
+    outputs = llm.generate([[5] * 250], exactly_fits)
+    assert len(outputs[0].token_ids) == 6 and outputs[0].finish_reason == "length"
     assert not llm.engine.has_unfinished_requests()
+
+
+@pytest.fixture(scope="module")
+def llm_without_tokenizer(tiny_model_dir):
+    return LLM(str(tiny_model_dir), device="cpu", num_blocks=64, skip_tokenizer_init=True)
+
+
+def test_skip_tokenizer_init_generates_from_token_ids(llm, llm_without_tokenizer):
+    """Regression: with skip_tokenizer_init, generate failed even for token-id prompts."""
+    params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
+    outputs = llm_without_tokenizer.generate([[5, 6, 7], [8, 9]], params)
+    with_tokenizer = llm.generate([[5, 6, 7], [8, 9]], params)
+    assert [o.token_ids for o in outputs] == [o.token_ids for o in with_tokenizer]
+    assert [o.text for o in outputs] == ["", ""] and outputs[0].prompt is None
+    deltas = list(llm_without_tokenizer.stream([[5, 6, 7]], params))
+    assert sum(len(d.token_ids) for d in deltas) == 5 and all(d.text == "" for d in deltas)
+
+
+def test_skip_tokenizer_init_refuses_text_with_a_typed_error(llm_without_tokenizer):
+    with pytest.raises(InvalidParameterError) as text_prompt:
+        llm_without_tokenizer.generate(["hello"], SamplingParams(max_tokens=2))
+    assert text_prompt.value.parameter == "prompts" and "token ids" in str(text_prompt.value)
+    with pytest.raises(InvalidParameterError) as stop_strings:
+        llm_without_tokenizer.generate([[5, 6]], SamplingParams(max_tokens=2, stop=["x"]))
+    assert stop_strings.value.parameter == "stop"
+    with pytest.raises(InvalidParameterError):
+        llm_without_tokenizer.chat([{"role": "user", "content": "hi"}])
+    assert not llm_without_tokenizer.engine.has_unfinished_requests()

@@ -11,7 +11,7 @@ import dataclasses
 from llmd.errors import InvalidParameterError
 from llmd.sampling_params import SamplingParams
 
-DEFAULT_CHAT_PARAMS = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=512)
+DEFAULT_CHAT_PARAMS = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=256)
 """A chat's defaults: some variety, and replies long enough to answer (clamped by the
 daemon to the model's context)."""
 

@@ -1,4 +1,7 @@
-"""A KV-pool integrity violation at an idle point is a typed, reported error, not a crash."""
+"""Engine bugs (a corrupted KV pool, a stalled scheduler) are typed, reported errors, not crashes.
+
+Both are simulated by leaking KV blocks, the likeliest way for either to happen.
+"""
 
 from __future__ import annotations
 
@@ -69,5 +72,32 @@ def test_violation_does_not_kill_the_daemon_engine_loop(engine):
                     break
         assert loop.is_alive and not deaths and loop.dead_error is None
         assert engine.num_integrity_errors == 2
+    finally:
+        loop.stop()
+
+
+@pytest.mark.timeout(60)
+def test_stalled_queue_head_fails_with_a_typed_error_and_the_loop_serves_on(engine):
+    """Regression: an idle engine that could not admit its head stepped empty plans forever."""
+    batches: queue.SimpleQueue = queue.SimpleQueue()
+    deaths: list[str] = []
+    leaked = Request("leak", [1] * 120, GREEDY_2)
+    assert engine.block_manager.allocate_slots(leaked, 120)  # 30 of 32 blocks held by nobody
+    loop = EngineLoop(engine, ServingMetrics(), batches.put, deaths.append)
+    loop.start()
+    try:
+        finished: dict[str, Request] = {}
+        loop.submit(AddCommand("stuck", [5] * 20, GREEDY_2, 0, 0.0))  # 6 blocks: fits 32
+        loop.submit(AddCommand("after", [5, 6, 7], GREEDY_2, 0, 0.0))
+        while len(finished) < 2:
+            for update in batches.get(timeout=30).updates:
+                if update.is_finished:
+                    finished[update.request.request_id] = update.request
+        stuck = finished["stuck"]
+        assert stuck.finish_reason.value == "error"
+        assert stuck.error_message.startswith("SchedulerStallError: request 'stuck'")
+        assert finished["after"].num_output_tokens == 2  # the queue behind it moved on
+        assert loop.is_alive and not deaths
+        assert engine.num_integrity_errors == 1  # the leak was found and repaired at idle
     finally:
         loop.stop()
