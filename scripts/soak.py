@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from scripts.soak_suite.daemon_process import DEFAULT_MODEL, REPO_ROOT, DaemonProcess
 from scripts.soak_suite.plan import DAEMON_ARGS, SCENARIOS, run_scenario
+from scripts.soak_suite.report import markdown_table
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,6 +41,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="reduced counts (about 2 minutes)")
     parser.add_argument("--json", type=Path, help="also write the report to this file")
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="checkpoint to serve")
+    parser.add_argument(
+        "--markdown", type=Path, metavar="REPORT_JSON",
+        help="print the figures of an earlier --json report as a Markdown table and exit",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -55,6 +60,9 @@ def _git_commit() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen scenarios in order; print (and optionally write) the JSON report."""
     args = parse_args(argv)
+    if args.markdown:
+        print(markdown_table(json.loads(args.markdown.read_text())))
+        return 0
     names = [name for name in SCENARIOS if not args.scenario or name in args.scenario]
     # SIGTERM (e.g. from `timeout`) unwinds normally so that the daemon is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

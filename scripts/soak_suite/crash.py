@@ -31,7 +31,7 @@ def run_crash(
     daemon: DaemonProcess,
     num_kills: int = 20,
     num_streams: int = 32,
-    at_once_timeout_s: float = 45.0,
+    at_once_timeout_s: float = 60.0,
     paused_timeout_s: float = 5.0,
     downtime_timeout_s: float = 3.0,
     pause_s: float = 2.0,

@@ -52,6 +52,7 @@ def run_subscriptions(
     finally:
         if subscriber.poll() is None:
             subscriber.kill()
+    daemon.wait_idle(timeout_s=60.0)  # whatever the subscriptions left queued is done
     after = _measure(address, num_samples - num_samples // 2, max_tokens, sample_cap_s)
     counts = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
     unloaded_p50 = statistics.median(before + after)
