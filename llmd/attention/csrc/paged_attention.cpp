@@ -230,6 +230,15 @@ void attend_item(const WorkItem& item, const Shapes& s, const float* query, floa
     const int64_t block_id = block_table[b];
     const T* kb = k_cache + (block_id * s.num_kv_heads + item.kv_head) * head_dim * bs;
     const T* vb = v_cache + (block_id * s.num_kv_heads + item.kv_head) * bs * head_dim;
+    if (b + 1 < num_blocks) {  // blocks are scattered: the hardware prefetcher cannot guess
+      const int64_t next = block_table[b + 1] * s.num_kv_heads + item.kv_head;
+      const char* next_k = reinterpret_cast<const char*>(k_cache + next * head_dim * bs);
+      const char* next_v = reinterpret_cast<const char*>(v_cache + next * head_dim * bs);
+      for (int64_t offset = 0; offset < head_dim * bs * int64_t(sizeof(T)); offset += 64) {
+        __builtin_prefetch(next_k + offset);
+        __builtin_prefetch(next_v + offset);
+      }
+    }
     const int64_t block_start = b * bs;
     // Lanes at or past a row's num_valid (padding, NaN slots) are computed but never read.
     block_scores<T, BS, D>(q, kb, scores, num_q, bs, head_dim, stride);
