@@ -8,6 +8,7 @@ and the response is cancelled, cancelling a task lets its stream send the daemon
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from typing import Any
 
@@ -35,6 +36,7 @@ class GenerationGroup:
         self._queue: asyncio.Queue = asyncio.Queue()
         self._buffer: deque[tuple[int, Any]] = deque()
         self._tasks: list[asyncio.Task] = []
+        self._is_cancelled = False
         self.num_open = len(inputs)
         """Prompts whose stream has not ended yet."""
 
@@ -44,7 +46,12 @@ class GenerationGroup:
         self._tasks = [loop.create_task(self._pump(i, kw)) for i, kw in enumerate(self._inputs)]
 
     def cancel(self) -> None:
-        """Abort every prompt still running (safe to call from a cancelled context)."""
+        """Abort every prompt still running (safe to call from a cancelled context).
+
+        The flag backs up the task cancel, which Python 3.11's wait_for can swallow when
+        a message arrives at the same moment: the stream then ends at its next message.
+        """
+        self._is_cancelled = True
         for task in self._tasks:
             task.cancel()
 
@@ -90,8 +97,12 @@ class GenerationGroup:
     async def _pump(self, index: int, kwargs: dict[str, Any]) -> None:
         try:
             if self._stream:
-                async for event in self._client.stream(**kwargs, params=self._params):
-                    self._queue.put_nowait((index, event))
+                stream = self._client.stream(**kwargs, params=self._params)
+                async with contextlib.aclosing(stream) as events:
+                    async for event in events:
+                        if self._is_cancelled:
+                            break  # closing the stream sends the abort
+                        self._queue.put_nowait((index, event))
             else:
                 completion = await self._client.generate(**kwargs, params=self._params)
                 self._queue.put_nowait((index, completion))

@@ -102,11 +102,28 @@ async def start_stream(
                 yield chunk
         except LLMDError as error:
             yield sse.event(from_llmd_error(error).body())
-        finally:
-            group.cancel()  # no-op once every prompt ended; aborts them on a disconnect
         yield sse.DONE
 
-    return StreamingResponse(body(), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
+    return GroupStreamingResponse(group, body())
+
+
+class GroupStreamingResponse(StreamingResponse):
+    """An SSE response that aborts its prompts however it ends (done, error, disconnect).
+
+    A disconnect may cancel the response while the body generator is parked at a `yield`;
+    its `finally` would then run only when the generator is garbage-collected, so the
+    abort is sent here, in the request's own task, instead.
+    """
+
+    def __init__(self, group: GenerationGroup, body: AsyncIterator[bytes]) -> None:
+        super().__init__(body, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
+        self.group = group
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.group.cancel()  # no-op once every prompt ended
 
 
 async def _wait_for_disconnect(request: Request) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.daemon.harness import REPO_ROOT, daemon_env, free_tcp_port, wait_dead, wait_healthy
@@ -40,5 +41,7 @@ def served_http(tiny_model_dir, tmp_path_factory):
         if not wait_dead(process.pid, 20):
             process.kill()
         process.wait(5)
+    with pytest.raises(httpx.TransportError):  # the drained daemon stopped its HTTP process
+        httpx.get(f"http://127.0.0.1:{port}/version", timeout=2)
     log = log_path.read_text()
     assert "Traceback" not in log, log
