@@ -138,6 +138,13 @@ def serve_options(function):
 @bench.command("serve")
 @click.option("--address", default=None, help="Daemon address (default: the user's socket).")
 @click.option(
+    "--http",
+    "http_url",
+    default=None,
+    help="Drive an OpenAI-compatible server at this URL (/v1/completions, streamed) instead.",
+)
+@click.option("--served-model", default=None, help="With --http: the request's model field.")
+@click.option(
     "--request-rate",
     default="inf",
     show_default=True,
