@@ -7,7 +7,7 @@ summaries are derived from one place.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 OK = "ok"
@@ -73,3 +73,9 @@ class RequestRecord:
     def to_json(self) -> dict[str, Any]:
         """Every raw field plus the derived latencies."""
         return {**asdict(self), "ttft": self.ttft, "tpot": self.tpot, "e2e": self.e2e}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RequestRecord:
+        """Rebuild a record from its `to_json` form (derived latencies are recomputed)."""
+        names = {item.name for item in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in names})

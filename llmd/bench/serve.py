@@ -33,6 +33,10 @@ class ServeOptions:
     """Everything one `bench serve` run needs; field docs are the command's --help."""
 
     address: str | None = None
+    http_url: str | None = None
+    """Drive an OpenAI-compatible HTTP server at this URL instead of the ZeroMQ daemon."""
+    served_model: str | None = None
+    """The `model` field of HTTP requests."""
     dataset: str = "random"
     num_prompts: int = 100
     """Requests (single-turn datasets) or sessions (multi-turn)."""
@@ -102,7 +106,16 @@ async def run_serve_async(options: ServeOptions, driver=None) -> dict[str, Any]:
     slo = Slo.parse(options.slo)
     if options.max_concurrency is not None and options.max_concurrency < 1:
         raise InvalidParameterError("max_concurrency must be at least 1", "max_concurrency")
-    if driver is None:
+    if options.http_url and options.dataset == "multi-turn":
+        raise InvalidParameterError(
+            "multi-turn resends each reply's token ids, which only the ZeroMQ daemon returns",
+            "dataset",
+        )
+    if driver is None and options.http_url:
+        from llmd.bench.http_driver import HttpDriver
+
+        driver = HttpDriver(options.http_url, options.served_model)
+    elif driver is None:
         from llmd.bench.zmq_driver import ZmqDriver
 
         driver = ZmqDriver(options.address)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from llmd.bench.png_plot import curves_by_setting, has_matplotlib, write_png
 from llmd.bench.serve import ServeOptions, run_serve_async
+from llmd.bench.slo import Slo
 from llmd.bench.sweep_point import (
     SweepPoint,
     best_setting,
@@ -169,10 +170,16 @@ def render_sweep(points: Sequence[SweepPoint]) -> str:
     return "\n".join(parts)
 
 
-def finish_sweep(folder: str | Path, png_path: str | Path | None = None) -> str:
-    """Summarize a sweep folder: sweep.json, the PNG when matplotlib is there, the text."""
+def finish_sweep(
+    folder: str | Path, png_path: str | Path | None = None, slo: Slo | None = None
+) -> str:
+    """Summarize a sweep folder: sweep.json, the PNG when matplotlib is there, the text.
+
+    With `slo`, every point's goodput is recomputed from its raw requests under those
+    targets, so a sweep can be re-ranked for another SLO without being re-run.
+    """
     folder = Path(folder)
-    points = load_points(folder)
+    points = load_points(folder, slo)
     if not points:
         raise InvalidParameterError(f"no sweep points under {folder / 'points'}", "folder")
     best = best_setting(points)

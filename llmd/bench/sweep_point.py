@@ -11,6 +11,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from llmd.bench.request_record import RequestRecord
+from llmd.bench.slo import Slo, goodput
+
 POINTS_DIR = "points"
 
 
@@ -76,12 +79,21 @@ def save_point(folder: Path, result: dict[str, Any], budget: int, max_num_seqs: 
     return path
 
 
-def load_points(folder: str | Path) -> list[SweepPoint]:
-    """Every saved point of a sweep folder, by setting then rate."""
+def rejudge(result: dict[str, Any], slo: Slo) -> dict[str, Any]:
+    """The result with its goodput recomputed from the raw requests under other targets."""
+    records = [RequestRecord.from_json(data) for data in result["requests"]]
+    judged = goodput(records, slo, result["duration_s"])
+    return {**result, "goodput": {"slo_ms": slo.as_ms(), **judged}}
+
+
+def load_points(folder: str | Path, slo: Slo | None = None) -> list[SweepPoint]:
+    """Every saved point of a sweep folder, by setting then rate; `slo` re-judges goodput."""
     paths = sorted((Path(folder) / POINTS_DIR).glob("*.json"))
     points = []
     for path in paths:
         result = json.loads(path.read_text())
+        if slo is not None:
+            result = rejudge(result, slo)
         setting = result.get("sweep", {})
         points.append(
             SweepPoint.from_result(

@@ -138,6 +138,13 @@ def serve_options(function):
 @bench.command("serve")
 @click.option("--address", default=None, help="Daemon address (default: the user's socket).")
 @click.option(
+    "--http",
+    "http_url",
+    default=None,
+    help="Drive an OpenAI-compatible server at this URL (/v1/completions, streamed) instead.",
+)
+@click.option("--served-model", default=None, help="With --http: the request's model field.")
+@click.option(
     "--request-rate",
     default="inf",
     show_default=True,
@@ -250,12 +257,15 @@ def sweep_command(model, budgets, max_num_seqs, request_rates, output_dir, serve
     default=None,
     help="Where to write the PNG (default: FOLDER/sweep.png).",
 )
-def plot_command(folder: str, png_path: str | None) -> None:
+@click.option("--slo", default=None, help="Re-judge goodput under ttft=MS,tpot=MS,e2e=MS.")
+def plot_command(folder: str, png_path: str | None, slo: str | None) -> None:
     """Re-draw a sweep's table, charts and PNG from its saved points (nothing is re-run)."""
+    from llmd.bench.slo import Slo
     from llmd.bench.sweep import finish_sweep
 
     try:
-        click.echo(finish_sweep(folder, png_path))
+        targets = Slo.parse(slo) if slo else None
+        click.echo(finish_sweep(folder, png_path, targets))
     except LLMDError as error:
         raise _fail(error) from None
 

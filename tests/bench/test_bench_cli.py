@@ -32,3 +32,14 @@ def test_serve_rejects_a_bad_rate_and_slo_before_connecting():
     result = runner.invoke(main, ["bench", "serve", "--address", "ipc:///nonexistent/x",
                                   "--slo", "ttft=abc"])  # fmt: skip
     assert result.exit_code == 1 and "invalid_parameter" in result.output
+
+
+def test_bench_modules_do_not_import_torch():
+    import subprocess
+
+    code = (
+        "import sys, llmd.commands.bench_cli, llmd.bench.serve, llmd.bench.sweep, "
+        "llmd.bench.zmq_driver; print('torch' in sys.modules)"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert completed.stdout.strip() == "False", completed.stderr

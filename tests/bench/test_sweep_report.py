@@ -79,3 +79,26 @@ def test_axis_labels_stay_inside_the_label_column():
     ]  # fmt: skip
     text = render_chart("t", [Curve("a", [(1.0, 24052.7), (2.0, 100.0)])], "x")
     assert all(line.index("|") == 9 for line in text.splitlines()[1:-3] if "|" in line)
+
+
+def test_plot_rejudges_goodput_from_the_raw_requests(tmp_path):
+    from llmd.bench.report import build_result
+    from llmd.bench.request_record import RequestRecord
+    from llmd.bench.slo import Slo
+
+    def record(index, ttft, e2e):
+        item = RequestRecord(index, 0.0, sent_s=0.0, first_token_s=ttft, finished_s=e2e)
+        item.num_output_tokens = 11  # TPOT = (e2e - ttft) / 10
+        return item
+
+    # Budget 64: fast first tokens, slow decode; budget 256: the other way round.
+    fast_start = [record(i, 0.05, 1.05) for i in range(4)]  # TTFT 50 ms, TPOT 100 ms
+    fast_decode = [record(i, 0.5, 0.6) for i in range(4)]  # TTFT 500 ms, TPOT 10 ms
+    for budget, records in ((64, fast_start), (256, fast_decode)):
+        result = build_result(records, Slo.parse("ttft=100"), {"request_rate": 4.0})
+        save_point(tmp_path, result, budget, None)
+    assert best_setting(load_points(tmp_path)).max_num_batched_tokens == 64
+    rejudged = load_points(tmp_path, Slo.parse("tpot=20"))
+    assert [p.goodput_fraction for p in rejudged] == [0.0, 1.0]
+    assert best_setting(rejudged).max_num_batched_tokens == 256
+    assert "tpot<=20ms" in finish_sweep(tmp_path, slo=Slo.parse("tpot=20"))

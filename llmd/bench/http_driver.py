@@ -1,0 +1,118 @@
+"""Sends one benchmark request to an OpenAI-compatible HTTP server and records its timings.
+
+The same load can then be compared across llmd's ZeroMQ daemon, its HTTP API and other
+servers; the request is a streamed /v1/completions call read as server-sent events.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from llmd.bench.request_record import ABORTED, FAILED, RequestRecord
+from llmd.errors import InvalidParameterError
+
+COMPLETIONS_PATH = "/v1/completions"
+DONE_MARKER = "[DONE]"
+
+
+class HttpDriver:
+    """Streams requests to `base_url` + /v1/completions with httpx and fills RequestRecords."""
+
+    def __init__(self, base_url: str, model: str | None = None, timeout_s: float = 600.0):
+        try:
+            import httpx
+        except ModuleNotFoundError:
+            raise InvalidParameterError(
+                "--http needs httpx: pip install httpx (or 'llmd[http-bench]')", "http"
+            ) from None
+        if not base_url.startswith(("http://", "https://")):
+            raise InvalidParameterError(f"--http must be an http(s) URL, got {base_url!r}", "http")
+        self.url = base_url.rstrip("/").removesuffix("/v1") + COMPLETIONS_PATH
+        self.model = model
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0))
+        self.started_at = time.perf_counter()
+
+    def now(self) -> float:
+        """Seconds since the run began (the records' time base)."""
+        return time.perf_counter() - self.started_at
+
+    async def stats(self) -> dict[str, Any]:
+        """An HTTP server has no llmd stats: the daemon-window figures stay empty."""
+        return {}
+
+    def _body(self, prompt_token_ids: list[int] | None, prompt: str | None, max_tokens: int):
+        body: dict[str, Any] = {
+            "prompt": prompt_token_ids if prompt_token_ids is not None else prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.model:
+            body["model"] = self.model
+        return body
+
+    async def send(
+        self,
+        record: RequestRecord,
+        prompt_token_ids: list[int] | None,
+        prompt: str | None,
+        max_tokens: int,
+    ) -> list[int]:
+        """Run one request to completion, filling `record`; returns no ids (HTTP gives text)."""
+        record.sent_s = self.now()
+        num_chunks = 0
+        try:
+            body = self._body(prompt_token_ids, prompt, max_tokens)
+            async with self.client.stream("POST", self.url, json=body) as response:
+                if response.status_code != 200:
+                    text = (await response.aread()).decode(errors="replace")[:200]
+                    raise RuntimeError(f"HTTP {response.status_code}: {text}")
+                async for line in response.aiter_lines():
+                    data = line.removeprefix("data:").strip() if line.startswith("data:") else ""
+                    if not data:
+                        continue
+                    if data == DONE_MARKER:
+                        break
+                    num_chunks += self._on_chunk(record, json.loads(data))
+        except Exception as error:  # any failure is counted, never dropped
+            record.status = FAILED
+            record.error = f"{type(error).__name__}: {error}"
+            record.finished_s = self.now()
+            return []
+        record.finished_s = self.now()
+        if record.finish_reason is None:
+            record.status = FAILED
+            record.error = "the stream ended without a finish reason"
+        elif record.finish_reason not in ("stop", "length"):
+            record.status = ABORTED
+        if not record.num_output_tokens:
+            record.num_output_tokens = num_chunks  # no usage chunk: one token per chunk
+        return []
+
+    def _on_chunk(self, record: RequestRecord, chunk: dict[str, Any]) -> int:
+        """Apply one SSE chunk; returns 1 when it carried output text."""
+        usage = chunk.get("usage") or {}
+        if usage:
+            record.num_prompt_tokens = usage.get("prompt_tokens", record.num_prompt_tokens)
+            record.num_output_tokens = usage.get("completion_tokens", record.num_output_tokens)
+            details = usage.get("prompt_tokens_details") or {}
+            record.num_cached_tokens = details.get("cached_tokens", 0) or 0
+        carried = 0
+        for choice in chunk.get("choices") or []:
+            if choice.get("text"):
+                arrived = self.now()
+                if record.first_token_s is None:
+                    record.first_token_s = arrived
+                record.token_arrival_s.append(arrived)
+                carried = 1
+            if choice.get("finish_reason"):
+                record.finish_reason = choice["finish_reason"]
+        return carried
+
+    async def close(self) -> None:
+        """Close the HTTP connection pool."""
+        await self.client.aclose()
