@@ -68,14 +68,15 @@ def prefill_config(arch: int, head_dim: int, dtype: torch.dtype) -> PrefillConfi
 
     Shared memory is about num_stages x block_n x head_dim x 2 (K and V) plus the query tile
     of block_m x head_dim, times the element size; fp32 also needs registers for 3xTF32 dots.
-    Hopper's entries are the ones measured on an H200 (docs/gpu-report.md).
+    Hopper's bf16/fp16 entries are the ones measured on an H200 (docs/gpu-report.md); its
+    former fp32 tiles spilled and, at head dim 256, needed 256 KiB of shared memory.
     """
     if arch == INTERPRETER_ARCH:
         return PrefillConfig(64, 32, 4, 1)
-    if dtype == torch.float32:  # 3xTF32 dots triple the registers of a tile
+    if dtype == torch.float32:  # 3xTF32 dots triple a tile's registers (every arch spilled)
         if head_dim > 128:
             return PrefillConfig(16, 16, 8, 1)
-        return PrefillConfig(32, 32, 8, 1)
+        return PrefillConfig(32, 16, 8, 1)
     if arch == 90:
         if head_dim <= 128:
             return PrefillConfig(128, 64, 8, 3)  # two warpgroups of 64 rows (wgmma)
@@ -85,7 +86,7 @@ def prefill_config(arch: int, head_dim: int, dtype: torch.dtype) -> PrefillConfi
             return PrefillConfig(128, 64, 8, 2)
         return PrefillConfig(64, 32, 8, 2)
     if head_dim <= 128:  # 8.6 / 8.9: 99 KiB of shared memory
-        return PrefillConfig(64, 64, 8, 2)
+        return PrefillConfig(64, 32, 4, 2)
     return PrefillConfig(64, 32, 8, 1)
 
 
@@ -93,8 +94,9 @@ def decode_config(arch: int, head_dim: int, dtype: torch.dtype) -> DecodeConfig:
     """The decode launch for `arch`, head dim and dtype (bandwidth-bound: modest tiles)."""
     if arch == INTERPRETER_ARCH:
         return DecodeConfig(64 if head_dim <= 128 else 32, 4, 1)
-    block_n = 64 if head_dim <= 128 and dtype != torch.float32 else 32
     is_small_smem = arch in (86, 89)
-    if dtype == torch.float32 and head_dim > 128 and is_small_smem:
-        return DecodeConfig(block_n, 4, 1)  # two fp32 stages of 32 x 256 need 100 KiB
-    return DecodeConfig(block_n, 4, 2)
+    if head_dim > 128:
+        if dtype == torch.float32:  # 3xTF32 on 256-wide rows: 8 warps
+            return DecodeConfig(16, 8, 1 if is_small_smem else 2)
+        return DecodeConfig(16 if is_small_smem else 32, 4, 2)
+    return DecodeConfig(64, 4, 2)

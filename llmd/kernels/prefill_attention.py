@@ -229,10 +229,11 @@ def prefill_attention(
         return out
     config = prefill_config(arch_of(query.device), head_dim, query.dtype)
     num_warps, num_stages = config.num_warps, config.num_stages
-    block_m = config.block_m if block_m is None else block_m
-    block_n = config.block_n if block_n is None else block_n
     group_size = num_heads // num_kv_heads
     block_g = next_power_of_2(group_size)
+    if block_m is None:  # a program holds whole GQA groups: at least one token's heads
+        block_m = max(config.block_m, block_g)
+    block_n = config.block_n if block_n is None else block_n
     require(
         block_m in (16, 32, 64, 128, 256) and block_m >= block_g,
         "block_m",
