@@ -123,10 +123,10 @@ async def shoot_chat(address: str, out: Path) -> None:
     from llmd.tui.chat.app import create_chat_app
     from llmd.tui.chat.prompt_input import PromptInput
 
-    params = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=60, seed=7)
-    app = create_chat_app(AsyncClient(address), address, "You are a concise assistant.", params)
-    async with app.run_test(size=(100, 32)) as pilot:
-        for prompt in ("Hello! Who are you?", "Tell me a short story about a fox."):
+    params = SamplingParams(temperature=0.3, top_p=0.95, max_tokens=120, seed=7)
+    app = create_chat_app(AsyncClient(address), address, None, params)
+    async with app.run_test(size=(100, 30)) as pilot:
+        for prompt in ("Who are you?", "Tell me a story about a cat.", "What is 2 plus 5?"):
             app.query_one(PromptInput).value = prompt
             await pilot.press("enter")
             deadline = time.monotonic() + 60
@@ -146,7 +146,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="llmd-shots-") as scratch:
         scratch_dir = Path(scratch)
-        address = f"ipc://{scratch_dir / 's.sock'}"
+        socket_dir = Path("/tmp/llmd-screenshots")  # a short, neutral path for the header
+        socket_dir.mkdir(mode=0o700, exist_ok=True)
+        address = f"ipc://{socket_dir / 'llmd.sock'}"
         model = pick_model(args.model, scratch_dir)
         daemon = start_daemon(model, address, scratch_dir / "daemon.log")
         stop = threading.Event()
@@ -157,7 +159,7 @@ def main() -> None:
         try:
             for thread in threads:
                 thread.start()
-            asyncio.run(shoot_top(address, out, (160, 48), "top.svg"))
+            asyncio.run(shoot_top(address, out, (120, 40), "top.svg"))
             asyncio.run(shoot_top(address, out, (80, 24), "top-80x24.svg"))
             asyncio.run(shoot_chat(address, out))
         finally:

@@ -395,8 +395,10 @@ class ChatApp(App):
             return
         health, previous = event.health, self.daemon_health
         if previous is not None and daemon_identity(health) != daemon_identity(previous):
-            model = health.get("model", "?")
-            change = "" if model == previous.get("model") else f", now serving {model}"
+            model = str(health.get("model", "?")).rstrip("/").rsplit("/", 1)[-1]
+            change = (
+                "" if health.get("model") == previous.get("model") else f", now serving {model}"
+            )
             await self._add(
                 Notice(
                     f"The daemon restarted (pid {previous.get('pid')} → {health.get('pid')})"
@@ -407,7 +409,7 @@ class ChatApp(App):
             await self._add(Notice("The daemon is answering again."))
         self.is_daemon_lost = False
         self.daemon_health = health
-        self.model_name = health.get("model", "?")
+        self.model_name = str(health.get("model", "?")).rstrip("/").rsplit("/", 1)[-1]
         max_model_len = health.get("max_model_len")
         self.conversation.max_model_len = max_model_len if isinstance(max_model_len, int) else None
         self._update_status(activity)
