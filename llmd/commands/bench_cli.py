@@ -23,10 +23,20 @@ def _rate(text: str) -> float:
 
 
 def _fail(error: LLMDError) -> click.ClickException:
-    return click.ClickException(f"{error.code}: {error}")
+    from llmd.commands.cli_group import cli_error
+
+    return cli_error(error)
 
 
-@click.group()
+@click.group(
+    epilog="""\b
+Examples:
+  llmd bench serve --request-rate 4 --num-prompts 200 --slo ttft=500,tpot=50
+  llmd bench sweep --max-num-batched-tokens 256,1024,4096 --request-rates 1,2,4 --output-dir sweep/
+  llmd bench plot sweep/ --png sweep.png
+  llmd bench offline --num-requests 64 --repeats 3
+"""
+)
 def bench() -> None:
     """Benchmark a daemon (serve), sweep token budgets (sweep), re-plot (plot), offline."""
 
@@ -135,7 +145,15 @@ def serve_options(function):
     return function
 
 
-@bench.command("serve")
+@bench.command(
+    "serve",
+    epilog="""\b
+Examples:
+  llmd bench serve --request-rate 4 --num-prompts 200 --slo ttft=500,tpot=50
+  llmd bench serve --dataset shared-prefix --max-concurrency 16 --json run.json
+  llmd bench serve --http http://127.0.0.1:8000 --request-rate inf
+""",
+)
 @click.option("--address", default=None, help="Daemon address (default: the user's socket).")
 @click.option(
     "--http",
@@ -189,7 +207,13 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
-@bench.command("sweep")
+@bench.command(
+    "sweep",
+    epilog="""\b
+Examples:
+  llmd bench sweep --max-num-batched-tokens 256,1024,4096 --request-rates 1,2,4 --output-dir sweep/
+""",
+)
 @click.option(
     "-m", "--model", default=None, help="Model of every daemon (default: the shipped one)."
 )
@@ -248,7 +272,13 @@ def sweep_command(model, budgets, max_num_seqs, request_rates, output_dir, serve
         raise _fail(error) from None
 
 
-@bench.command("plot")
+@bench.command(
+    "plot",
+    epilog="""\b
+Examples:
+  llmd bench plot sweep/ --png sweep.png --slo ttft=500,tpot=50
+""",
+)
 @click.argument("folder", type=click.Path(file_okay=False, exists=True))
 @click.option(
     "--png",
