@@ -37,7 +37,7 @@ SCENARIOS: dict[str, tuple[Callable[..., ScenarioResult], dict[str, Any], dict[s
     "stats": (
         run_subscriptions,
         {"num_subscriptions": 64, "num_samples": 40},
-        {"num_subscriptions": 64, "num_samples": 10, "sample_cap_s": 5.0},
+        {"num_subscriptions": 64, "num_samples": 20, "sample_cap_s": 5.0},
     ),
     "connections": (
         run_connections,

@@ -26,6 +26,8 @@ from scripts.soak_suite.result import ScenarioResult
 P50_RATIO_LIMIT = 1.2
 WARMUP_S = 1.0
 MAX_STALLED_SAMPLES = 3
+STATS_PREFIX = b"\xa4type\xa5stats"
+"""How a msgpack `stats` reply starts after its map header ("type" is encoded first)."""
 
 
 def run_subscriptions(
@@ -133,10 +135,11 @@ def subscriber_main(address: str, num_subscriptions: int, interval_ms: int) -> N
                 payload = socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            reply = unpack(payload, len(payload) + 1)
-            if reply.get("type") == "stats":
+            if payload[1:12] == STATS_PREFIX:  # a snapshot: not decoded, to spare the CPU
                 counts["num_snapshots"] += 1
-            elif reply.get("type") == "error":
+                continue
+            reply = unpack(payload, len(payload) + 1)
+            if reply.get("type") == "error":
                 code = reply.get("code")
                 counts["num_refused"] += 1
                 counts["num_internal"] += code == "internal"
