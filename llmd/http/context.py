@@ -1,6 +1,6 @@
 """What every route shares: the daemon client, the served model's facts and the limits.
 
-The client is opened on the HTTP thread's event loop (its sockets belong to that loop),
+The client is opened lazily on the server's event loop (its sockets belong to that loop),
 and the model's id and context length are read from the daemon once, on first use.
 """
 

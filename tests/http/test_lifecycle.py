@@ -91,6 +91,11 @@ def test_engine_death_is_a_500_and_unhealthy(tiny_model_dir, tmp_path):
         assert error["code"] == "engine_dead" and "scheduler bug" in error["message"]
         health = httpx.get(f"{url}/health", timeout=10)
         assert health.status_code == 503 and health.json()["status"] == "dead"
+        sdk = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.InternalServerError):
+            sdk.chat.completions.create(
+                model=str(tiny_model_dir), messages=[{"role": "user", "content": "hi"}]
+            )
 
 
 def test_http_layer_imports_no_torch():

@@ -6,6 +6,7 @@ import json
 import time
 
 import httpx
+import openai
 import pytest
 
 from llmd.client import Client
@@ -146,6 +147,11 @@ def test_api_key_guards_the_v1_routes(keyed_url):
     good = {"Authorization": "Bearer s3cret"}
     assert httpx.post(f"{keyed_url}/v1/completions", json=body, headers=good).status_code == 200
     assert httpx.get(f"{keyed_url}/health", timeout=10).status_code == 200  # probes need no key
+    wrong = openai.OpenAI(base_url=f"{keyed_url}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
+    right = openai.OpenAI(base_url=f"{keyed_url}/v1", api_key="s3cret", max_retries=0)
+    assert len(right.models.list().data) == 1
 
 
 def test_non_loopback_http_host_needs_allow_remote(served_http):
