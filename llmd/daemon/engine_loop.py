@@ -243,7 +243,11 @@ class EngineLoop:
         stats = result.stats
         if stats is None:
             return
-        self.metrics.record_step(stats, num_generated, idle_gap)
+        # On CUDA the gap is the device's own idle time between steps (CUDA events), the
+        # same measure with async scheduling on or off; elsewhere, host time between steps.
+        device_gap = getattr(stats, "device_gap_s", None)
+        gap = idle_gap if device_gap is None else device_gap
+        self.metrics.record_step(stats, num_generated, gap)
         if stats.num_prefill_tokens:
             for request in self.engine.scheduler.running:
                 computed, num_prompt = request.num_computed_tokens, request.num_prompt_tokens
