@@ -74,7 +74,7 @@ async def test_escape_aborts_the_request_on_the_daemon(daemon_address):
         await wait_for(pilot, lambda: not app.conversation.is_waiting, timeout=10)
         reply = app.query_one(AssistantReply)
         stats = str(reply.query_one(".reply-stats").render())
-    assert stats.endswith("· abort")
+    assert stats.endswith("· abort (you stopped it)")
     num_tokens = int(stats.split(" tokens")[0].rsplit(" ", 1)[-1])
     assert 0 < num_tokens < LONG.max_tokens
     with Client(daemon_address) as client:
@@ -158,7 +158,7 @@ def test_one_shot_prints_the_reply_for_scripts(daemon_address):
 def test_one_shot_errors_exit_non_zero_with_the_reason(daemon_address, tmp_path):
     result = run_chat_cli(daemon_address, "-p", "x " * 400)
     assert result.returncode == 1
-    assert b"Error: prompt: prompt has" in result.stderr
+    assert b"Error: prompt has" in result.stderr
     missing = f"ipc://{tmp_path / 'nobody.sock'}"
     result = run_chat_cli(missing, "-p", "hello")
     assert result.returncode == 1

@@ -55,7 +55,7 @@ class PromptInput(TextArea):
         if event.key == "enter":
             event.stop()
             event.prevent_default()
-            self.post_message(self.Submitted(self, self.text))
+            await self.action_submit()
             return
         if event.key in NEWLINE_KEYS:
             event.stop()
@@ -64,6 +64,10 @@ class PromptInput(TextArea):
             self._replace_via_keyboard("\n", start, end)
             return
         await super()._on_key(event)
+
+    async def action_submit(self) -> None:
+        """Send the text to the app (which clears the box once it takes the prompt)."""
+        self.post_message(self.Submitted(self, self.text))
 
     def action_history_previous(self) -> None:
         """On the first line: show the previous prompt (the draft is kept); else move up."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from rich.console import RenderableType
 from rich.text import Text
 
@@ -45,7 +47,13 @@ class HeaderPanel(Panel):
         self.address = address
 
     def state_of(self, view: TopView) -> object:
-        return view.header, view.connection
+        """What the header shows: uptime in whole seconds, the link's age only once lost."""
+        uptime = view.header.uptime_s
+        header = dataclasses.replace(view.header, uptime_s=None if uptime is None else int(uptime))
+        connection = view.connection
+        if connection.status == "live":
+            connection = dataclasses.replace(connection, last_update_age_s=None)
+        return header, connection
 
     def render(self) -> RenderableType:
         size = self.content_size

@@ -19,6 +19,7 @@ class StepsPanel(Panel):
     """Per-step token mix (prefill vs decode) and the split of step time by phase."""
 
     TITLE = "Prefill/decode"
+    IS_SLOW = True
 
     def state_of(self, view: TopView) -> object:
         return view.steps

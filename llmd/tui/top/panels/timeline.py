@@ -23,6 +23,16 @@ class TimelinePanel(Panel):
         is_listed = any(row.request_id == selected for row in view.requests)
         return view.timeline, selected, is_listed
 
+    def show(self, view: TopView, now: float = 0.0, slow_redraw_s: float = 0.0) -> bool:
+        """A newly selected request's timeline is drawn at once; its updates wait their turn."""
+        timeline_id = None if view.timeline is None else view.timeline.request_id
+        if timeline_id != getattr(self, "_shown_timeline_id", None):
+            slow_redraw_s = 0.0
+        is_drawn = super().show(view, now, slow_redraw_s)
+        if is_drawn:
+            self._shown_timeline_id = timeline_id
+        return is_drawn
+
     def draw(self, view: TopView, width: int, height: int) -> Text:
         timeline = view.timeline
         if timeline is None:
