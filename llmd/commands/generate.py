@@ -7,6 +7,7 @@ text as it is produced; several are batched and printed in order when done.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -17,6 +18,7 @@ from llmd.commands.generate_output import (
     GeneratedText,
     TokenChoice,
     context_warning,
+    fitted_max_tokens,
     print_batch,
     print_logprobs,
     print_stats,
@@ -94,13 +96,17 @@ def generate_local(job: GenerateJob) -> list[GeneratedText]:
                   for prompt in job.prompts]  # fmt: skip
     else:
         inputs = [tokenizer.encode(prompt) for prompt in job.prompts]
+    params_list = []
     for token_ids in inputs:
         ids = token_ids if isinstance(token_ids, list) else tokenizer.encode(token_ids)
-        warning = context_warning(len(ids), job.params.max_tokens, llm.engine.max_model_len)
+        max_model_len = llm.engine.max_model_len
+        warning = context_warning(len(ids), job.params.max_tokens, max_model_len)
         if warning:
             click.echo(warning, err=True)
+        max_tokens = fitted_max_tokens(len(ids), job.params.max_tokens, max_model_len)
+        params_list.append(dataclasses.replace(job.params, max_tokens=max_tokens))
     outputs: dict[int, Any] = {}
-    for delta in llm.stream(inputs, job.params):
+    for delta in llm.stream(inputs, params_list):
         if len(inputs) == 1 and delta.text:
             sys.stdout.write(delta.text)
             sys.stdout.flush()

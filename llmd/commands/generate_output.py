@@ -39,6 +39,15 @@ class GeneratedText:
     logprobs: tuple[TokenChoice, ...] = field(default_factory=tuple)
 
 
+def fitted_max_tokens(num_prompt_tokens: int, max_tokens: int, max_model_len: int) -> int:
+    """`max_tokens` cut to the room the context leaves after the prompt (at least 1).
+
+    The engine refuses a request whose prompt plus max_tokens cannot fit (request_too_large);
+    the CLI warns (context_warning) and asks for what fits instead, as a user expects.
+    """
+    return max(1, min(max_tokens, max_model_len - num_prompt_tokens))
+
+
 def context_warning(num_prompt_tokens: int, max_tokens: int, max_model_len: int) -> str | None:
     """A warning when the prompt plus max_tokens cannot fit the model's context."""
     room = max_model_len - num_prompt_tokens

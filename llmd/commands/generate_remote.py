@@ -7,13 +7,21 @@ the others wait in the client's per-request inboxes while one is being printed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import re
 import sys
 from typing import Any
 
 import click
 
-from llmd.commands.generate_output import GeneratedText, TokenChoice, context_warning
+from llmd.commands.generate_output import (
+    GeneratedText,
+    TokenChoice,
+    context_warning,
+    fitted_max_tokens,
+)
+from llmd.errors import RequestRejectedError
 
 PROBE_TIMEOUT_S = 1.0
 """How long `llmd generate` waits for a daemon's health reply before running in-process."""
@@ -42,25 +50,52 @@ def find_daemon(address: str | None) -> Any | None:
 
 def generate_remote(client: Any, job: Any) -> list[GeneratedText]:
     """Send every prompt, then read the replies in order (streaming the text of a single one)."""
-    facts = client.stats(include_requests=False, include_block_map=False).get("daemon", {})
-    max_model_len = facts.get("max_model_len")
     with contextlib.ExitStack() as stack:
         streams = []
         for prompt in job.prompts:
-            if job.as_chat:
-                stream = client.stream(messages=[{"role": "user", "content": prompt}],
-                                       params=job.params)  # fmt: skip
-            else:
-                stream = client.stream(prompt, params=job.params)
-            stack.enter_context(contextlib.closing(stream))
-            accepted = next(stream)
-            num_prompt_tokens = getattr(accepted, "num_prompt_tokens", 0)
-            if max_model_len:
-                warning = context_warning(num_prompt_tokens, job.params.max_tokens, max_model_len)
-                if warning:
-                    click.echo(warning, err=True)
+            try:
+                stream = _open_stream(client, job, prompt, job.params, stack)
+            except RequestRejectedError as error:
+                # The daemon refuses a prompt + max_tokens beyond the context; like the
+                # in-process path, warn and ask for what fits instead.
+                fit = _prompt_and_context(error)
+                if fit is None:
+                    raise
+                num_prompt_tokens, context_len = fit
+                click.echo(context_warning(num_prompt_tokens, job.params.max_tokens, context_len),
+                           err=True)  # fmt: skip
+                max_tokens = fitted_max_tokens(num_prompt_tokens, job.params.max_tokens,
+                                               context_len)  # fmt: skip
+                params = dataclasses.replace(job.params, max_tokens=max_tokens)
+                stream = _open_stream(client, job, prompt, params, stack)
             streams.append(stream)
         return [_read(stream, is_streamed=len(streams) == 1) for stream in streams]
+
+
+def _open_stream(client: Any, job: Any, prompt: str, params: Any, stack: Any) -> Any:
+    """Send one prompt and wait until the daemon accepted it (raises its refusal)."""
+    if job.as_chat:
+        stream = client.stream(messages=[{"role": "user", "content": prompt}], params=params)
+    else:
+        stream = client.stream(prompt, params=params)
+    stack.enter_context(contextlib.closing(stream))
+    next(stream)  # the `accepted` event
+    return stream
+
+
+MAX_TOKENS_REFUSAL = re.compile(
+    r"prompt \((\d+) tokens\) plus max_tokens .* max_model_len is (\d+)"
+)
+"""The engine's request_too_large message for a max_tokens that overflows the context."""
+
+
+def _prompt_and_context(error: RequestRejectedError) -> tuple[int, int] | None:
+    """(prompt tokens, max_model_len) from a max_tokens refusal; None for other refusals."""
+    match = MAX_TOKENS_REFUSAL.search(str(error))
+    if getattr(error, "parameter", None) != "max_tokens" or match is None:
+        return None
+    num_prompt_tokens, context_len = int(match.group(1)), int(match.group(2))
+    return (num_prompt_tokens, context_len) if num_prompt_tokens < context_len else None
 
 
 def _read(stream: Any, is_streamed: bool) -> GeneratedText:
