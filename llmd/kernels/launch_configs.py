@@ -99,6 +99,6 @@ def decode_config(arch: int, head_dim: int, dtype: torch.dtype) -> DecodeConfig:
         if dtype == torch.float32:  # 3xTF32 on 256-wide rows: 8 warps
             return DecodeConfig(16, 8, 1 if is_small_smem else 2)
         return DecodeConfig(16 if is_small_smem else 32, 4, 2)
-    if head_dim <= 64 and is_small_smem:
-        return DecodeConfig(32, 4, 2)  # 64-token tiles left an 8-byte stack frame on sm_86
+    if head_dim <= 64:
+        return DecodeConfig(32, 4, 2)  # 64-token tiles left an 8-byte stack on sm_86 and 9.0
     return DecodeConfig(64, 4, 2)
