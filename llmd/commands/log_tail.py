@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -26,12 +27,14 @@ def last_lines(path: Path, num_lines: int, out: TextIO) -> int:
     return offset
 
 
-def follow_log(path: Path, offset: int, out: TextIO) -> None:
+def follow_log(
+    path: Path, offset: int, out: TextIO, should_stop: Callable[[], bool] = lambda: False
+) -> None:
     """Print complete lines appended after `offset` until interrupted (Ctrl-C)."""
     pending = b""
     inode = _inode(path)
     try:
-        while True:
+        while not should_stop():
             current = _inode(path)
             size = os.path.getsize(path) if current is not None else 0
             if current != inode or size < offset:  # replaced or truncated: start over

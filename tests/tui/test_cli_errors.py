@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import click
 import pytest
@@ -15,6 +17,7 @@ from click.testing import CliRunner
 from llmd.cli import main
 from llmd.commands.daemon_cli import _counts
 from llmd.commands.generate import read_prompts
+from llmd.commands.log_tail import follow_log
 from llmd.daemon.instance_lock import InstanceLock
 from llmd.errors import InvalidParameterError
 from llmd.protocol import parse_address
@@ -156,3 +159,28 @@ def test_the_first_ctrl_c_of_serve_says_a_second_one_aborts(capsys):
     assert capsys.readouterr().err == (
         "llmd: draining in-flight requests; press Ctrl-C again to abort them\n"
     )
+
+
+def test_logs_prints_the_end_of_the_log_and_follows_new_lines(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    address = f"ipc://{tmp_path / 'd.sock'}"
+    log_path = tmp_path / "llmd" / f"{parse_address(address).instance_name}.log"
+    log_path.parent.mkdir()
+    log_path.write_text("one\ntwo\nthree\n")
+    result = CliRunner().invoke(main, ["logs", "--address", address, "-n", "2"])
+    assert result.exit_code == 0 and result.output == "two\nthree\n"
+    out = io.StringIO()
+    follower = threading.Thread(
+        target=follow_log,
+        args=(log_path, log_path.stat().st_size, out, lambda: "four" in out.getvalue()),
+    )
+    follower.start()
+    with open(log_path, "a") as log:
+        log.write("fo")  # half a line is held back until its end arrives
+        log.flush()
+        time.sleep(0.3)
+        log.write("ur\n")
+    follower.join(10)
+    assert out.getvalue() == "four\n"
+    missing = CliRunner().invoke(main, ["logs", "--address", f"ipc://{tmp_path / 'x.sock'}"])
+    assert missing.exit_code == 1 and "no log file for the daemon at" in missing.output
