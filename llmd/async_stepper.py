@@ -18,7 +18,7 @@ from typing import Any
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.engine.step_stats import StepStats
 from llmd.errors import SchedulerStallError
-from llmd.llm_engine import RequestUpdate, StepResult
+from llmd.llm_engine import RequestUpdate, StepResult, step_stats
 
 logger = logging.getLogger(__name__)
 
@@ -135,25 +135,7 @@ class AsyncStepper:
         `forward_s` is the applied step's launch plus the wait for its samples: with the
         device ahead of the host the wait tends to zero, which is the point.
         """
-        plan = step.plan
-        num_decode = plan.num_decode_tokens
-        scheduler = self.engine.scheduler
-        return StepStats(
-            started_at=started,
-            num_prefill_tokens=plan.num_prefill_tokens,
-            num_decode_tokens=num_decode,
-            num_prefill_seqs=len(plan.chunks) - num_decode,
-            num_decode_seqs=num_decode,
-            num_preempted=len(plan.preempted_request_ids),
-            num_running=len(scheduler.running),
-            num_waiting=len(scheduler.waiting),
-            schedule_s=scheduled - started,
-            prepare_s=output.prepare_s,
-            forward_s=output.forward_s,
-            sample_s=output.sample_s,
-            total_s=time.monotonic() - started,
-            kv_context_tokens=step.kv_context_tokens,
-            num_sampling_seqs=sum(1 for chunk in plan.chunks if chunk.is_sampling),
-            device_gap_s=output.device_gap_s,
-        )
-
+        return step_stats(
+            step.plan, self.engine.scheduler, output, started, scheduled, time.monotonic(),
+            step.kv_context_tokens,
+        )  # fmt: skip

@@ -15,6 +15,7 @@ from llmd.config import EngineConfig, SchedulerConfig, default_model_dir
 from llmd.engine.block_manager import BlockManager
 from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
+from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.engine.step_stats import StepStats
 from llmd.engine.tokenizer import Tokenizer, load_tokenizer, read_generation_eos_token_ids
 from llmd.errors import InvalidParameterError, KVCacheIntegrityError, SchedulerStallError
@@ -22,6 +23,7 @@ from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
 from llmd.outputs import TokenLogprob
 from llmd.runner.device import device_name, dtype_name
 from llmd.runner.model_runner import ModelRunner
+from llmd.runner.pending_step import RunnerOutput
 from llmd.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -49,6 +51,40 @@ class StepResult:
     stats: StepStats | None
     integrity_error: KVCacheIntegrityError | None = None
     """Set when the idle-point pool check failed this step (the pool was then rebuilt)."""
+
+
+def step_stats(
+    plan: SchedulerOutput,
+    scheduler: Scheduler,
+    output: RunnerOutput,
+    started: float,
+    scheduled: float,
+    finished_at: float,
+    kv_context_tokens: int,
+) -> StepStats:
+    """A step's token counts and phase times, from its plan and the runner's output.
+
+    Shared by the synchronous step and the async stepper, so both report the same figures.
+    """
+    num_decode = plan.num_decode_tokens
+    return StepStats(
+        started_at=started,
+        num_prefill_tokens=plan.num_prefill_tokens,
+        num_decode_tokens=num_decode,
+        num_prefill_seqs=len(plan.chunks) - num_decode,
+        num_decode_seqs=num_decode,
+        num_preempted=len(plan.preempted_request_ids),
+        num_running=len(scheduler.running),
+        num_waiting=len(scheduler.waiting),
+        schedule_s=scheduled - started,
+        prepare_s=output.prepare_s,
+        forward_s=output.forward_s,
+        sample_s=output.sample_s,
+        total_s=finished_at - started,
+        kv_context_tokens=kv_context_tokens,
+        num_sampling_seqs=sum(1 for chunk in plan.chunks if chunk.is_sampling),
+        device_gap_s=output.device_gap_s,
+    )
 
 
 class LLMEngine:
@@ -231,25 +267,8 @@ class LLMEngine:
                     [logprob] if logprob is not None and num_new else None,
                 )
             )
-        finished_at = time.monotonic()
-        num_decode = plan.num_decode_tokens
-        stats = StepStats(
-            started_at=started,
-            num_prefill_tokens=plan.num_prefill_tokens,
-            num_decode_tokens=num_decode,
-            num_prefill_seqs=len(plan.chunks) - num_decode,
-            num_decode_seqs=num_decode,
-            num_preempted=len(plan.preempted_request_ids),
-            num_running=len(self.scheduler.running),
-            num_waiting=len(self.scheduler.waiting),
-            schedule_s=scheduled - started,
-            prepare_s=output.prepare_s,
-            forward_s=output.forward_s,
-            sample_s=output.sample_s,
-            total_s=finished_at - started,
-            kv_context_tokens=kv_context_tokens,
-            num_sampling_seqs=sum(1 for chunk in plan.chunks if chunk.is_sampling),
-            device_gap_s=output.device_gap_s,
+        stats = step_stats(
+            plan, self.scheduler, output, started, scheduled, time.monotonic(), kv_context_tokens
         )
         integrity_error = None
         if not self.scheduler.has_unfinished_requests:
