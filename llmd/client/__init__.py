@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from llmd.client.async_client import AsyncClient
 from llmd.client.completion import Completion, StreamEvent
-from llmd.client.errors import DaemonNotRunningError
+from llmd.client.errors import DaemonNotRunningError, DaemonRestartedError, RequestLostError
 from llmd.client.sync_client import Client
 from llmd.protocol import Accepted, Finished, PrefillProgress, TokenDelta, default_address
 
@@ -18,8 +18,10 @@ __all__ = [
     "Client",
     "Completion",
     "DaemonNotRunningError",
+    "DaemonRestartedError",
     "Finished",
     "PrefillProgress",
+    "RequestLostError",
     "StreamEvent",
     "TokenDelta",
     "default_address",

@@ -43,7 +43,9 @@ def make_socket(context: zmq.Context, address: str) -> zmq.Socket:
     socket = context.socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, LINGER_MS)
     # No ZMQ_IMMEDIATE: with it, a disconnect discards replies not yet read (a draining
-    # daemon's last messages); a daemon that never answers is caught by the liveness check.
+    # daemon's last messages); a daemon that never answers is caught by the liveness check,
+    # and a generate queued here while no daemon was up carries `expires_at`, so a daemon
+    # that starts after its client gave up refuses it instead of running it.
     socket.setsockopt(zmq.MAXMSGSIZE, MAX_REPLY_BYTES)
     socket.connect(address)
     return socket

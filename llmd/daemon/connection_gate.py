@@ -60,15 +60,18 @@ def default_max_connections(descriptor_limit: int, num_open: int) -> int:
 class ConnectionGate:
     """Watches the ROUTER's new connections and sheds those beyond the cap.
 
-    The cap is counted in descriptors opened since start (read from /proc at each new
-    connection), not by adding up monitor events, so it can never drift and lock clients
-    out; the monitor pipe has no high-water mark, so no new connection goes unseen.
+    Connections are counted from the monitor's events (its pipe has no high-water mark,
+    so none is lost); a connection is refused only when the descriptors opened since
+    start (read from /proc, only then) confirm the count, so a count that drifted could
+    never lock clients out.
     """
 
     def __init__(self, router: zmq.Socket, address: Address, max_connections: int) -> None:
         self.address = address
         self.max_connections = max_connections
         self.num_refused = 0
+        self.num_connections = 0
+        """Accepted and not yet disconnected, from the monitor's events."""
         self._baseline = num_open_descriptors()
         endpoint = f"inproc://llmd-monitor-{id(self):x}"
         router.monitor(endpoint, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
@@ -78,8 +81,7 @@ class ConnectionGate:
         self._last_log = 0.0
         self._num_unlogged = 0
 
-    @property
-    def num_connections(self) -> int:
+    def num_descriptors_opened(self) -> int:
         """Descriptors opened since start: the open connections (plus a few files)."""
         return max(0, num_open_descriptors() - self._baseline)
 
@@ -92,9 +94,12 @@ class ConnectionGate:
             except zmq.Again:
                 return has_disconnect
             if event["event"] == zmq.EVENT_ACCEPTED:
-                if self.num_connections > self.max_connections:
+                self.num_connections += 1
+                is_over = self.num_connections > self.max_connections
+                if is_over and self.num_descriptors_opened() > self.max_connections:
                     self._refuse(event["value"])
             elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self.num_connections = max(0, self.num_connections - 1)
                 has_disconnect = True
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -244,11 +245,12 @@ def _raised(stream) -> Exception | None:
     return None
 
 
-def test_a_request_the_daemon_has_no_record_of_fails_at_once(fake_address):
-    def accepted_then_silent(message):
-        yield Accepted(message.id, "req-1", 3, instance_id="i1")
+def _accepted_then_silent(message):
+    yield Accepted(message.id, "req-1", 3, instance_id="i1")
 
-    fake = FakeDaemon(fake_address, accepted_then_silent)
+
+def test_a_request_the_daemon_has_no_record_of_fails_at_once(fake_address):
+    fake = FakeDaemon(fake_address, _accepted_then_silent)
     fake.forgets_requests = True  # as after a dropped connection: the daemon lives on
     try:
         outcome: dict[str, object] = {}
@@ -264,6 +266,20 @@ def test_a_request_the_daemon_has_no_record_of_fails_at_once(fake_address):
         assert outcome["error"].code == "request_lost"
         probes = [m for m in fake.received if isinstance(m, HealthRequest)]
         assert probes[0].request_ids == [accepted.id]
+    finally:
+        fake.close()
+
+
+async def test_the_async_client_fails_a_forgotten_request_too(fake_address):
+    fake = FakeDaemon(fake_address, _accepted_then_silent)
+    fake.forgets_requests = True
+    try:
+        async with AsyncClient(fake.address, timeout=0.4) as client:
+            stream = client.stream("x")
+            assert isinstance(await anext(stream), Accepted)
+            with pytest.raises(RequestLostError):
+                await asyncio.wait_for(anext(stream), 10)
+            await stream.aclose()
     finally:
         fake.close()
 

@@ -76,3 +76,15 @@ def test_random_bytes_never_escape_as_other_exceptions():
         payload = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 48)))
         with contextlib.suppress(ProtocolError):  # anything else fails the test
             unpack(payload)
+
+
+def test_peek_id_reads_the_id_of_an_oversize_message_without_decoding_it():
+    from llmd.protocol import GenerateRequest, encode
+    from llmd.protocol.codec import peek_id
+
+    assert peek_id(encode(GenerateRequest("big-1", prompt="x" * 100_000))) == "big-1"
+    late = {"type": "generate", "v": 1, "prompt": "x", "stream": True, "id": "late"}
+    assert peek_id(pack(late)) is None  # only the first four keys are looked at
+    assert peek_id(pack({"id": 7})) is None
+    assert peek_id(b"\xc1 not msgpack") is None
+    assert peek_id(pack({"id": "x" * 129})) is None
