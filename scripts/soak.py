@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_scenario(name, daemon, is_quick=args.quick)
                 verdict = "PASS" if result.passed else "FAIL"
                 print(f"[soak] {name}: {verdict} ({result.wall_s}s)", file=sys.stderr, flush=True)
+                for note in result.notes[:5]:
+                    print(f"[soak]   {note[:300]}", file=sys.stderr, flush=True)
                 report["scenarios"].append(result.to_json())
         finally:
             daemon.stop()
