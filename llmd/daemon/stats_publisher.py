@@ -11,6 +11,7 @@ previous one was sent.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,15 @@ class Waiter:
             request.timeline_request_id,
             request.max_requests,
         )
+
+
+def next_tick(now: float, interval_s: float) -> float:
+    """The first multiple of `interval_s` (on the monotonic clock) after `now`.
+
+    Subscriptions with the same interval thus fall due at the same instants and share one
+    engine collection and one packed snapshot, instead of each asking at its own phase.
+    """
+    return (math.floor(now / interval_s) + 1) * interval_s
 
 
 class StatsPublisher:
@@ -220,7 +230,7 @@ class StatsPublisher:
             if subscription.is_pending or now < subscription.next_due:
                 continue
             subscription.is_pending = True
-            subscription.next_due = now + subscription.request.interval_ms / 1000
+            subscription.next_due = next_tick(now, subscription.request.interval_ms / 1000)
             self._waiting.append(Waiter(peer, subscription.request.stats_request(), True))
         self._collect()
 
