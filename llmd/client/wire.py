@@ -1,7 +1,7 @@
 """Pieces both clients share: socket set-up, request building, error replies, liveness.
 
 A client waits on a daemon that may have died; any message resets a silence clock, a
-health probe goes out after half the timeout of silence, and a full timeout of silence
+health probe goes out after half the timeout (at most 2 s) of silence, and a full timeout of silence
 means the daemon is gone, however long a legitimate generation takes.
 """
 
@@ -136,6 +136,12 @@ def raise_error(reply: ErrorReply) -> None:
     raise error_from_code(reply.code, reply.message, reply.parameter)
 
 
+MAX_PROBE_SILENCE_S = 2.0
+"""Silence after which a health probe goes out even with a long timeout: a daemon with work
+for this client sends a keepalive every second, so 2 s of silence means it may have died
+or restarted, and a restart is learnt within seconds rather than half a long timeout."""
+
+
 class Liveness:
     """Tracks silence from the daemon and says when to probe and when to give up."""
 
@@ -144,15 +150,20 @@ class Liveness:
         self.last_heard = time.monotonic()
         self.probe_sent_at: float | None = None
 
+    @property
+    def probe_after_s(self) -> float:
+        """Silence after which a probe goes out: half the timeout, at most 2 s."""
+        return min(self.timeout / 2, MAX_PROBE_SILENCE_S)
+
     def heard(self) -> None:
         """Any message arrived."""
         self.last_heard = time.monotonic()
         self.probe_sent_at = None
 
     def should_probe(self) -> bool:
-        """True once half the timeout passed in silence and no probe is out."""
+        """True once `probe_after_s` passed in silence and no probe is out."""
         silence = time.monotonic() - self.last_heard
-        return self.probe_sent_at is None and silence >= self.timeout / 2
+        return self.probe_sent_at is None and silence >= self.probe_after_s
 
     def probe_sent(self) -> None:
         """A health probe went out."""
@@ -165,5 +176,5 @@ class Liveness:
     def wait_s(self) -> float:
         """How long to wait before the next check."""
         silence = time.monotonic() - self.last_heard
-        next_check = self.timeout / 2 if self.probe_sent_at is None else self.timeout
-        return max(0.001, min(next_check - silence, self.timeout / 2))
+        next_check = self.probe_after_s if self.probe_sent_at is None else self.timeout
+        return max(0.001, min(next_check - silence, self.probe_after_s))

@@ -144,7 +144,7 @@ Examples:
 @click.option("--address", default=None, help=ADDRESS_HELP)
 @click.option(
     "--interval",
-    type=click.FloatRange(0.05, 60.0),
+    type=click.FloatRange(0.1, 60.0),
     default=0.25,
     show_default=True,
     help="Seconds between stats snapshots.",

@@ -19,7 +19,7 @@ class FakeEngineLoop:
 
 
 def test_next_tick_is_the_next_multiple_of_the_interval():
-    assert next_tick(10.01, 0.05) == 10.05 or abs(next_tick(10.01, 0.05) - 10.05) < 1e-9
+    assert abs(next_tick(10.01, 0.05) - 10.05) < 1e-9
     assert abs(next_tick(10.05, 0.05) - 10.10) < 1e-9
     assert next_tick(3.0, 1.0) == 4.0
 
@@ -35,7 +35,7 @@ def test_subscriptions_started_at_different_phases_share_collections(monkeypatch
     )  # fmt: skip
     for index, peer in enumerate([b"a", b"b", b"c"]):
         clock[0] = 100.003 + 0.011 * index  # each subscribes at its own phase
-        publisher.subscribe(peer, SubscribeRequest(id=f"s{index}", interval_ms=50))
+        publisher.subscribe(peer, SubscribeRequest(id=f"s{index}", interval_ms=100))
     subscriptions = list(publisher.subscriptions.values())
     # The first one is answered and rescheduled at 100.03; the others, still pending then
     # (their snapshot was slower), are rescheduled at 100.041: at another phase before.

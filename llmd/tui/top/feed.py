@@ -14,6 +14,7 @@ from typing import Any
 
 from textual.message import Message
 
+from llmd.protocol.client_messages import MIN_SUBSCRIBE_INTERVAL_MS
 from llmd.tui.backoff import Backoff
 from llmd.tui.top.events import FeedLive, FeedLost, SnapshotReady
 
@@ -50,7 +51,7 @@ class SnapshotFeed:
         backoff: Backoff | None = None,
     ) -> None:
         self._client_factory = client_factory
-        self.interval_ms = max(50, min(60_000, round(interval_s * 1000)))
+        self.interval_ms = max(MIN_SUBSCRIBE_INTERVAL_MS, min(60_000, round(interval_s * 1000)))
         self._post = post
         self.backoff = backoff or Backoff()
         self.slot = LatestSlot()
