@@ -308,8 +308,14 @@ def plot_command(folder: str, png_path: str | None, slo: str | None) -> None:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def offline_command(args: tuple[str, ...]) -> None:
     """Offline throughput: llmd's engine against HF transformers (--help for its options)."""
-    from llmd.bench.offline import main as offline_main
-
+    try:
+        from llmd.bench.offline import main as offline_main
+    except ModuleNotFoundError as error:
+        if error.name != "llmd.bench.offline":
+            raise
+        raise click.ClickException(
+            "this llmd has no offline benchmark (llmd.bench.offline)"
+        ) from None
     sys.exit(offline_main(list(args)))
 
 
