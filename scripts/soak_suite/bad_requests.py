@@ -159,10 +159,14 @@ def _through_raw(address: str, index: int, fields: dict[str, Any]) -> tuple[str,
     socket.connect(address)
     try:
         socket.send(pack(_raw_message(index, fields)))
-        if not socket.poll(int(TIMEOUT_S * 1000)):
-            return "no reply", None
-        payload = socket.recv()
-        reply = unpack(payload, len(payload) + 1)
+        deadline = time.monotonic() + TIMEOUT_S
+        reply: dict[str, Any] = {"type": "keepalive"}
+        while reply.get("type") == "keepalive":  # the daemon's liveness pings are no answer
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0 or not socket.poll(remaining_ms):
+                return "no reply", None
+            payload = socket.recv()
+            reply = unpack(payload, len(payload) + 1)
         if reply.get("type") != "error":
             return f"reply {reply.get('type')}", None
         return reply.get("code"), reply.get("parameter")

@@ -162,9 +162,11 @@ def drive_raw(
                     payload = socket.recv(zmq.NOBLOCK)
                 except zmq.Again:
                     break
+                reply = unpack(payload, len(payload) + 1)
+                if reply.get("type") == "keepalive":
+                    continue  # a liveness ping, not an answer to a frame
                 num_replies += 1
                 outstanding[slot] -= 1
-                reply = unpack(payload, len(payload) + 1)
                 if reply.get("type") != "error":
                     num_non_error += 1
                     continue

@@ -176,7 +176,7 @@ async def test_async_client_streams_aborts_and_subscribes(daemon):
                 if isinstance(event, TokenDelta):
                     break  # leaving the block closes the stream, which aborts it
         snapshots = []
-        async with contextlib.aclosing(client.subscribe(50, include_block_map=False)) as stats:
+        async with contextlib.aclosing(client.subscribe(100, include_block_map=False)) as stats:
             async for snapshot in stats:
                 snapshots.append(snapshot)
                 if snapshot["queue"]["running"] == 0 and len(snapshots) >= 2:
