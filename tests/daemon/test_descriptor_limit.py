@@ -62,6 +62,14 @@ def test_an_idle_connection_flood_is_refused_not_fatal(tiny_model_dir, tmp_path)
             assert completion.finish_reason == "length"
             for idle in sockets:
                 idle.close()
+            flood.destroy(linger=0)  # the idle connections really close now
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # the daemon sees them go (monitor events)
+                facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
+                if facts["num_connections"] < MAX_CONNECTIONS:
+                    break
+                time.sleep(0.1)
+            assert facts["num_connections"] < MAX_CONNECTIONS, facts
         with Client(address, timeout=10.0) as fresh:  # a new connection once the flood ends
             assert fresh.generate("again", params={"max_tokens": 2}).finish_reason == "length"
         assert process.poll() is None, log_path.read_text()
