@@ -23,6 +23,7 @@ from llmd.daemon.connection_gate import (
     num_open_descriptors,
     raise_descriptor_limit,
 )
+from llmd.daemon.engine_facts import engine_facts, serving_metrics
 from llmd.daemon.engine_loop import EngineLoop
 from llmd.daemon.keepalive import KeepaliveSchedule
 from llmd.daemon.outbox import Drain, EngineDied, Outbox, Send, SnapshotReady
@@ -37,9 +38,6 @@ from llmd.errors import (
     OverloadedError,
     ShuttingDownError,
 )
-from llmd.metrics import ServingMetrics
-from llmd.metrics.device_peaks import DevicePeaks, published_peaks
-from llmd.metrics.roofline import DTYPE_BYTES, ModelCost
 from llmd.protocol import (
     CLIENT_MESSAGE_TYPES,
     PROTOCOL_VERSION,
@@ -91,25 +89,7 @@ class Daemon:
         self.started_at = time.monotonic()
         self.instance_id = uuid.uuid4().hex[:16]
         """Random per start, in `accepted` and `health`: clients see a restart by it."""
-        dtype_bytes = DTYPE_BYTES.get(engine.dtype, 4)
-        peaks = _device_peaks(engine)
-        shape = engine.shape
-        self.metrics = ServingMetrics(
-            window_s=options.metrics_window_s,
-            slo_ttft_s=None if options.slo_ttft_ms is None else options.slo_ttft_ms / 1000,
-            slo_tpot_s=None if options.slo_tpot_ms is None else options.slo_tpot_ms / 1000,
-            cost=ModelCost(
-                num_params=shape.num_params,
-                vocab_size=shape.vocab_size,
-                hidden_size=shape.hidden_size,
-                is_tied=getattr(shape, "tie_word_embeddings", False),
-            ),
-            dtype_bytes=dtype_bytes,
-            kv_bytes_per_token=shape.kv_bytes_per_token(dtype_bytes),
-            peak_gb_per_s=peaks.gb_per_s,
-            peak_tflop_per_s=peaks.tflop_per_s,
-            peak_source=peaks.source,
-        )
+        self.metrics = serving_metrics(engine, options)
         self.outbox = Outbox()
         self.engine_loop = EngineLoop(
             engine, self.metrics, self._on_engine_batch, lambda m: self.outbox.post(EngineDied(m))
@@ -383,25 +363,10 @@ class Daemon:
 
     def _daemon_facts(self) -> dict[str, Any]:
         """The "daemon" section of a stats snapshot."""
-        engine = self.engine
         return {
+            **engine_facts(self.engine),
             "pid": os.getpid(),
             "address": str(self.address),
-            "model": engine.model_name,
-            "device": engine.device,
-            "dtype": engine.dtype,
-            "max_model_len": engine.max_model_len,
-            "num_params": engine.shape.num_params,
-            "vocab_size": engine.shape.vocab_size,
-            "device_name": engine.device_name,
-            "scheduling_policy": engine.config.scheduling_policy,
-            "max_num_batched_tokens": engine.scheduler.config.max_num_batched_tokens,
-            "max_num_seqs": engine.config.max_num_seqs,
-            "block_size": engine.config.block_size,
-            "num_blocks": engine.runner.num_blocks,
-            "attention_backend": engine.runner.backend.name,
-            "version": __version__,
-            "protocol_version": PROTOCOL_VERSION,
             "instance_id": self.instance_id,
             "state": self.state,
             "error": self.dead_message,
@@ -489,13 +454,3 @@ class Daemon:
                 self._reply_error(key[0], key[1], error)
                 self._release(key)
             self._is_stopped = True
-
-
-def _device_peaks(engine: Any) -> DevicePeaks:
-    """Datasheet peaks for a known GPU; on CPU, copy bandwidth and GEMM rate measured now."""
-    peaks = published_peaks(engine.device_name, engine.dtype)
-    if peaks.source == "unknown" and engine.device_name == "cpu":
-        from llmd.runner.host_peaks import measure_host_peaks
-
-        peaks = measure_host_peaks(engine.dtype)
-    return peaks
