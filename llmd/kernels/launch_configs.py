@@ -100,5 +100,7 @@ def decode_config(arch: int, head_dim: int, dtype: torch.dtype) -> DecodeConfig:
             return DecodeConfig(16, 8, 1 if is_small_smem else 2)
         return DecodeConfig(16 if is_small_smem else 32, 4, 2)
     if head_dim <= 64:
+        if dtype == torch.float32 and is_small_smem:  # 32-token 3xTF32 tiles spilled 8 B
+            return DecodeConfig(16, 4, 2)
         return DecodeConfig(32, 4, 2)  # 64-token tiles left an 8-byte stack on sm_86 and 9.0
     return DecodeConfig(64, 4, 2)

@@ -54,3 +54,19 @@ def test_prefill_fits_every_arch_at_head_dim_256(tmp_path):
     )
     for row in rows:  # the check itself uses each arch's own limit
         assert row["shared_limit"] == launch_configs.SHARED_MEMORY_BYTES[row["arch"]]
+
+
+def test_fp32_decode_at_head_dim_64_does_not_spill_on_ada_and_ampere_consumer(tmp_path):
+    # The full matrix found 8 bytes of stack here with 32-token tiles (sm_86, sm_89).
+    pytest.importorskip("triton")
+    rows = _compile(
+        tmp_path, "--arch", "86", "89", "--dtype", "float32", "--head-dim", "64",
+        "--case", "decode g4 split",
+    )  # fmt: skip
+    kernels = {(row["arch"], row["kernel"]) for row in rows}
+    assert (86, "_decode_attention_kernel") in kernels and (
+        89,
+        "_decode_attention_kernel",
+    ) in kernels
+    problems = [row for row in rows if row["problems"]]
+    assert not problems, [(r["arch"], r["kernel"], r["problems"]) for r in problems]
