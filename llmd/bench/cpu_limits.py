@@ -1,8 +1,9 @@
 """CPU figures against the machine's own limits, measured in the same run.
 
 Decode attention is bandwidth-bound, so it is reported as GB/s of K/V read against a
-measured copy bandwidth; a steady-state decode step is reported as GFLOP/s against torch's
-GEMM rate on the model's own weights at the same M, N and K.
+measured copy bandwidth; a steady-state decode step is reported as GFLOP/s against the
+machine's GEMM rate (the faster of torch's GEMM and oneDNN's on prepacked weights) at the
+model's own M, N and K.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def decode_step_vs_gemm(
     num_steps: int = 8,
 ) -> dict:
     """Steady-state decode steps (`num_seqs` sequences at ~`context_len` tokens) in GFLOP/s,
-    against F.linear over the same weights at M = num_seqs.
+    against the best GEMM rate over weights of the same shapes at M = num_seqs.
 
     FLOPs of a step: 2 * M * (weights of every linear layer and the LM head) plus
     attention's 4 * M * context * heads * head_dim per layer. The GEMM rate counts the
@@ -125,28 +126,71 @@ def decode_step_vs_gemm(
     step_s = statistics.median(step_seconds)
 
     runner = engine.runner
-    # Every projection and the LM head: [N, K] weights, read once per step.
-    weights = [m.weight for m in runner.model.modules() if isinstance(m, torch.nn.Linear)]
-    inputs = {
-        k: torch.randn(num_seqs, k, dtype=runner.dtype) for k in {w.shape[1] for w in weights}
-    }
-
-    def all_gemms() -> None:
-        for weight in weights:
-            F.linear(inputs[weight.shape[1]], weight)
-
-    gemm_s = _median_seconds(all_gemms, 5)
-    linear_flops = 2 * num_seqs * sum(w.shape[0] * w.shape[1] for w in weights)
-    shape = runner.shape
+    shapes, dtype, shape = _linear_shapes(runner.model), runner.dtype, runner.shape
+    del engine, runner
+    gemm = gemm_rates(shapes, num_seqs, dtype)
+    linear_flops = gemm["linear_flops"]
     attention_flops = (
         4 * num_seqs * context_len * shape.num_heads * shape.head_dim * shape.num_layers
     )
-    del engine
     return {
         "num_seqs": num_seqs,
         "context_len": context_len,
         "step_ms": step_s * 1e3,
         "decode_gflops": (linear_flops + attention_flops) / step_s / 1e9,
-        "gemm_ms": gemm_s * 1e3,
-        "gemm_gflops": linear_flops / gemm_s / 1e9,
+        "gemm_ms": linear_flops / gemm["gemm_gflops"] / 1e6,
+        "gemm_gflops": gemm["gemm_gflops"],
+        "gemm_kind": gemm["gemm_kind"],
+        "torch_gemm_gflops": gemm["torch_gflops"],
+        "packed_gemm_gflops": gemm["packed_gflops"],
+    }
+
+
+def _linear_shapes(model: torch.nn.Module) -> list[tuple[int, int]]:
+    """[N, K] of every projection and the LM head, packed or not."""
+    from llmd.layers.packed_linear import PackedLinear
+
+    return [
+        (module.out_features, module.in_features)
+        for module in model.modules()
+        if isinstance(module, (torch.nn.Linear, PackedLinear))
+    ]
+
+
+def gemm_rates(shapes: list[tuple[int, int]], num_rows: int, dtype: torch.dtype) -> dict:
+    """GFLOP/s of one pass over weights of `shapes` at M = `num_rows`, the best of two GEMMs.
+
+    torch's default GEMM (F.linear) and oneDNN's on prepacked weights are both measured;
+    the faster is the machine's GEMM rate, so llmd's own packing cannot flatter the ratio.
+    """
+    from llmd.layers.packed_linear import can_pack
+
+    generator = torch.Generator().manual_seed(4)
+    weights = [torch.randn(n, k, generator=generator).to(dtype) for n, k in shapes]
+    inputs = {k: torch.randn(num_rows, k, generator=generator).to(dtype) for _, k in shapes}
+    linear_flops = 2 * num_rows * sum(n * k for n, k in shapes)
+
+    def torch_gemms() -> None:
+        for weight in weights:
+            F.linear(inputs[weight.shape[1]], weight)
+
+    rates = {"torch": linear_flops / _median_seconds(torch_gemms, 5) / 1e9, "packed": None}
+    if can_pack(dtype):
+        packed = [torch.ops.mkldnn._reorder_linear_weight(weight) for weight in weights]
+        del weights
+
+        def packed_gemms() -> None:
+            for weight in packed:
+                torch.ops.mkldnn._linear_pointwise(
+                    inputs[weight.shape[1]], weight, None, "none", [], ""
+                )
+
+        rates["packed"] = linear_flops / _median_seconds(packed_gemms, 5) / 1e9
+    best = max((rate, kind) for kind, rate in rates.items() if rate is not None)
+    return {
+        "linear_flops": linear_flops,
+        "gemm_gflops": best[0],
+        "gemm_kind": best[1],
+        "torch_gflops": rates["torch"],
+        "packed_gflops": rates["packed"],
     }

@@ -156,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="also measure copy GB/s, decode attention GB/s and decode steps vs GEMM (CPU)",
     )
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in llmd")
+    parser.add_argument(
+        "--no-prepack-weights", action="store_true",
+        help="llmd on CPU keeps torch's default GEMM (no oneDNN weight packing), for A/B runs",
+    )  # fmt: skip
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument(
         "--async-scheduling", choices=["auto", "on", "off"], default="auto",
@@ -199,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             "attention_backend": args.attention_backend,
             "enforce_eager": args.enforce_eager,
             "num_threads": args.num_threads,
+            "prepack_weights": not args.no_prepack_weights,
             "async_scheduling": {"auto": None, "on": True, "off": False}[args.async_scheduling],
         }
         if args.max_model_len is not None:
@@ -284,7 +289,8 @@ def measure_cpu_limits(path: Path, shape: dict, engine_options: dict) -> dict:
     print(
         f"decode step (32 seqs x 512 tokens): {step['decode_gflops']:.1f} GFLOP/s "
         f"({step['step_ms']:.1f} ms) vs GEMM {step['gemm_gflops']:.1f} GFLOP/s at M=32 "
-        f"({step['gemm_ms']:.1f} ms): {step['pct_of_gemm']:.0f}%",
+        f"({step['gemm_ms']:.1f} ms, {step['gemm_kind']}; torch's own "
+        f"{step['torch_gemm_gflops']:.1f}): {step['pct_of_gemm']:.0f}%",
         flush=True,
     )
     return limits

@@ -19,6 +19,7 @@ from llmd.attention.backend import create_attention_backend
 from llmd.config import EngineConfig
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.layers.kernel_config import KernelConfig, configure_kernels
+from llmd.layers.packed_linear import pack_linear_layers
 from llmd.models.loader import load_model, model_shape
 from llmd.runner.cuda_graphs import (
     DecodeGraphRunner,
@@ -80,6 +81,9 @@ class ModelRunner:
         self.model = load_model(model_path, hf_config, self.backend, self.dtype, self.device)
         self.kernel_config = KernelConfig.for_backend(self.backend.name, self.device)
         configure_kernels(self.model, self.kernel_config)
+        self.num_packed_linears = 0
+        if self.device.type == "cpu" and config.prepack_weights:
+            self.num_packed_linears = pack_linear_layers(self.model)
         self.block_size = config.block_size
         self.bytes_per_block = kv_bytes_per_block(
             self.shape.num_layers,

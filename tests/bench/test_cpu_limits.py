@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from llmd.bench import cpu_limits
 from llmd.bench.offline import build_parser
@@ -30,3 +31,25 @@ def test_decode_step_vs_gemm_on_a_tiny_model(tiny_model_dir):
 def test_offline_flags_include_cpu_limits_and_threads():
     args = build_parser().parse_args(["--cpu-limits", "--num-threads", "2", "--repeats", "0"])
     assert args.cpu_limits and args.num_threads == 2 and args.repeats == 0
+
+
+def test_gemm_rate_is_the_faster_of_torch_and_packed_over_every_layer(tiny_model_dir):
+    from torch import nn
+
+    from llmd.config import EngineConfig
+    from llmd.llm_engine import LLMEngine
+
+    engine = LLMEngine(EngineConfig(model=str(tiny_model_dir), device="cpu", num_blocks=16))
+    plain_shapes = [
+        (m.out_features, m.in_features)
+        for m in engine.runner.model.modules()
+        if isinstance(m, nn.Linear)
+    ]
+    # Packed or not, every projection and the LM head are counted.
+    shapes = cpu_limits._linear_shapes(engine.runner.model)
+    config = engine.runner.model.config
+    assert len(shapes) == 4 * config.num_hidden_layers + 1 and len(plain_shapes) in (0, len(shapes))
+    rates = cpu_limits.gemm_rates(shapes, 4, torch.float32)
+    assert rates["linear_flops"] == 2 * 4 * sum(n * k for n, k in shapes)
+    candidates = [r for r in (rates["torch_gflops"], rates["packed_gflops"]) if r is not None]
+    assert rates["gemm_gflops"] == max(candidates)
