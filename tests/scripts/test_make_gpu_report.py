@@ -53,7 +53,8 @@ def _fake_run(out: Path) -> None:
             {"kernel": "decode_attention", "shape": "b=64 ctx=4096", "time_us": 283.1,
              "bandwidth_gbs": 3780.0, "bandwidth_pct": 90.0, "tflops": None},
             {"kernel": "decode_attention", "shape": "b=1 ctx=32768", "time_us": 166.2,
-             "bandwidth_gbs": 798.0, "bandwidth_pct": 19.0, "tflops": None},
+             "bandwidth_gbs": 798.0, "bandwidth_pct": 19.0, "tflops": None,
+             "eager_us": 201.5},
         ],
     }  # fmt: skip
     (out / "bench_kernels.json").write_text(json.dumps(kernels))
@@ -87,6 +88,9 @@ def test_report_from_fake_stage_files(tmp_path):
     assert "Async scheduling on vs off: 1.17x." in markdown
     assert "| async | 180 | 3.60 | 17777 | 1.10 | 0.108 | 3.0% |" in markdown
     assert "| sync | 180 | 5.00 | 12800 | 1.20 | 1.500 | 30.0% |" in markdown
+    # Graph-replay time first, eager (launch-bound) time last; older runs have none.
+    assert "| decode_attention | b=1 ctx=32768 | 166.2 | 798 | 19 | - | 201.5 |" in markdown
+    assert "| decode_attention | b=64 ctx=4096 | 283.1 | 3780 | 90 | - | - |" in markdown
     assert "  - FAILED `tests.runner.test_async_cuda::test_equal`" in markdown
     assert "AssertionError: tokens differ" in markdown  # the failed stage's log tail
     assert "e2e_torch" not in markdown and "torch attention backend" not in markdown
