@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmd.daemon.engine_state import collect_engine_state
+from llmd.daemon.thread_names import name_os_thread
 from llmd.engine.request import FinishReason, Request
 from llmd.errors import LLMDError
 from llmd.outputs import TokenLogprob
@@ -140,6 +141,7 @@ class EngineLoop:
         return self._thread.is_alive()
 
     def _run(self) -> None:
+        name_os_thread("llmd-engine")  # torch's OpenMP workers, started from here, inherit it
         try:
             self._loop()
         except BaseException as error:  # anything escaping the loop kills the engine

@@ -25,6 +25,7 @@ from llmd.daemon.engine_loop import (
 from llmd.daemon.live_request import LiveRequest
 from llmd.daemon.outbox import Outbox, Send
 from llmd.daemon.prompt_limits import PromptLimits
+from llmd.daemon.thread_names import name_os_thread
 from llmd.engine.detokenizer import IncrementalDetokenizer
 from llmd.engine.request import FinishReason, Request
 from llmd.errors import EngineDeadError, LLMDError
@@ -97,7 +98,12 @@ class TextWorker:
         self._tokenizing: dict[str, NewRequest] = {}
         """Requests whose prompt is in the tokenizer pool, by engine id."""
         self.limits = PromptLimits(engine.shape.vocab_size, engine.max_model_len)
-        self._pool = ThreadPoolExecutor(NUM_TOKENIZER_THREADS, thread_name_prefix="llmd-tokenize")
+        self._pool = ThreadPoolExecutor(
+            NUM_TOKENIZER_THREADS,
+            thread_name_prefix="llmd-tokenize",
+            initializer=name_os_thread,
+            initargs=("llmd-tokenize",),
+        )
         self._thread = threading.Thread(target=self._run, name="llmd-text", daemon=True)
 
     def start(self) -> None:
@@ -123,6 +129,7 @@ class TextWorker:
     # ---------------------------------------------------------------- loop
 
     def _run(self) -> None:
+        name_os_thread("llmd-text")
         while True:
             job = self._jobs.get()
             if job is None:
