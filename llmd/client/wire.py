@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import time
 import uuid
 from collections.abc import Sequence
@@ -33,22 +34,44 @@ from llmd.sampling_params import SamplingParams
 LINGER_MS = 500
 """How long closing waits to deliver queued aborts."""
 MAX_REPLY_BYTES = 256 * 1024 * 1024
+TCP_PROBE_TIMEOUT_S = 0.5
+"""How long the connect-time probe of a tcp address may take before ZeroMQ is left to it."""
 
 
 def make_socket(context: zmq.Context, address: str) -> zmq.Socket:
-    """A DEALER connected to `address`; fails fast when an ipc socket file does not exist."""
+    """A DEALER connected to `address`; fails fast when nothing is there to connect to.
+
+    That is an ipc socket file that does not exist, or a tcp port that refuses connections
+    (ZeroMQ itself would retry silently until the client's timeout).
+    """
     parsed = parse_address(address)
     if parsed.scheme == "ipc" and not os.path.exists(parsed.path):
         raise daemon_not_running(address, "its socket file does not exist")
-    socket = context.socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, LINGER_MS)
+    if parsed.scheme == "tcp":
+        _probe_tcp(address, parsed.host, parsed.port)
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, LINGER_MS)
     # No ZMQ_IMMEDIATE: with it, a disconnect discards replies not yet read (a draining
     # daemon's last messages); a daemon that never answers is caught by the liveness check,
     # and a generate queued here while no daemon was up carries `expires_at`, so a daemon
     # that starts after its client gave up refuses it instead of running it.
-    socket.setsockopt(zmq.MAXMSGSIZE, MAX_REPLY_BYTES)
-    socket.connect(address)
-    return socket
+    dealer.setsockopt(zmq.MAXMSGSIZE, MAX_REPLY_BYTES)
+    dealer.connect(address)
+    return dealer
+
+
+def _probe_tcp(address: str, host: str, port: int) -> None:
+    """Raise DaemonNotRunningError when `host:port` refuses a TCP connection.
+
+    Any other failure (a slow or filtered host) is left to the client's own timeout.
+    """
+    try:
+        with socket.create_connection((host, port), timeout=TCP_PROBE_TIMEOUT_S):
+            pass
+    except ConnectionRefusedError:
+        raise daemon_not_running(address, f"nothing listens on {host}:{port}") from None
+    except OSError:
+        return
 
 
 def new_id_prefix() -> str:

@@ -294,3 +294,22 @@ def test_error_replies_raise_their_classes(fake_address):
             client.generate("x")
     finally:
         fake.close()
+
+
+@pytest.mark.parametrize("client_class", [Client, AsyncClient])
+def test_refused_tcp_address_fails_at_once(client_class):
+    address = f"tcp://127.0.0.1:{free_tcp_port()}"  # nothing listens there
+    started = time.monotonic()
+    with pytest.raises(DaemonNotRunningError) as error:
+        if client_class is Client:
+            with Client(address, timeout=5.0) as client:
+                client.health()
+        else:
+
+            async def probe() -> None:
+                async with AsyncClient(address, timeout=5.0) as client:
+                    await client.health()
+
+            asyncio.run(probe())
+    assert time.monotonic() - started < 1.0  # not the 5 s timeout
+    assert "nothing listens on 127.0.0.1" in str(error.value)
