@@ -2,12 +2,17 @@
 
 Panels draw from the latest TopView only, at whatever size the layout gives them, so one
 panel class serves the 80x24 layout and the wide one by abbreviating instead of wrapping.
+A panel renders its lines itself when its state changes and repaints only the lines that
+differ from the previous draw: a full-widget refresh would make Textual re-render the
+panel and every widget under the repainted region, which is most of top's CPU time.
 """
 
 from __future__ import annotations
 
 from rich.console import RenderableType
 from rich.text import Text
+from textual.geometry import Region, Size
+from textual.strip import Strip
 from textual.widget import Widget
 
 from llmd.tui.top.view import TopView
@@ -26,6 +31,10 @@ class Panel(Widget):
         self.view: TopView | None = None
         self._drawn_state: object = _NOTHING
         self._drawn_at = float("-inf")
+        self._strips: list[Strip] = []
+        self._strips_size = Size(0, 0)
+        self.num_lines_repainted = 0
+        """Content lines sent to the screen since mount (tests count repaints with it)."""
         if self.TITLE:
             self.border_title = self.TITLE
 
@@ -47,8 +56,43 @@ class Panel(Widget):
             return False
         self._drawn_state = state
         self._drawn_at = now
-        self.refresh()
+        self.repaint()
         return True
+
+    def repaint(self) -> None:
+        """Render now at the current size and refresh only the lines that changed."""
+        size = self.content_size
+        if not size.width or not size.height:  # not laid out yet: render when shown
+            self.refresh()
+            return
+        previous = self._strips if self._strips_size == size else None
+        self._strips, self._strips_size = self._render_strips(size), size
+        if previous is None:
+            self.num_lines_repainted += size.height
+            self.refresh()
+            return
+        changed = [y for y, (old, new) in enumerate(zip(previous, self._strips)) if old != new]
+        self.num_lines_repainted += len(changed)
+        for start, stop in line_runs(changed):
+            self.refresh(Region(0, start, size.width, stop - start))
+
+    def render_line(self, y: int) -> Strip:
+        """Content line `y` from the last render (rendered again after a resize)."""
+        size = self.content_size
+        if self._strips_size != size:
+            self._strips, self._strips_size = self._render_strips(size), size
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(size.width, self.visual_style.rich_style)
+
+    def _render_strips(self, size: Size) -> list[Strip]:
+        """`render()` as `size.height` strips of `size.width` cells, in the panel's colours."""
+        console = self.app.console
+        options = console.options.update(width=size.width, height=size.height)
+        lines = console.render_lines(
+            self.render(), options, style=self.visual_style.rich_style, pad=True
+        )
+        return [Strip(line, size.width) for line in lines]
 
     def render(self) -> RenderableType:
         if self.view is None or not self.view.has_snapshot:
@@ -63,6 +107,17 @@ class Panel(Widget):
 
 _NOTHING = object()
 """The drawn state of a panel that has not drawn yet (equal to no state)."""
+
+
+def line_runs(line_numbers: list[int]) -> list[tuple[int, int]]:
+    """Sorted line numbers as (start, stop) runs: [1, 2, 5] -> [(1, 3), (5, 6)]."""
+    runs: list[tuple[int, int]] = []
+    for y in line_numbers:
+        if runs and runs[-1][1] == y:
+            runs[-1] = (runs[-1][0], y + 1)
+        else:
+            runs.append((y, y + 1))
+    return runs
 
 
 def styled_runs(chars: str, style_of) -> Text:
