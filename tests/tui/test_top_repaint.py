@@ -59,3 +59,55 @@ async def test_a_change_that_draws_the_same_text_repaints_nothing():
         seen = dataclasses.replace(unseen, prompt_tokens_per_s=12_345.0)
         assert throughput.show(dataclasses.replace(view, throughput=seen))
         assert [regions[0].height for regions, _ in calls] == [1]  # only the prompt line
+
+
+async def test_snapshots_whose_hints_come_and_go_do_not_lay_out_the_screen_again():
+    app, client, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await deliver(pilot, client, range(8))  # three hints showing
+        layouts = []
+        original = app.screen._refresh_layout
+
+        def refresh_layout(*args, **kwargs):
+            layouts.append(args)
+            return original(*args, **kwargs)
+
+        app.screen._refresh_layout = refresh_layout
+        hint_sets = set()
+        for step in (*range(8, 20), *range(0, 8)):  # the set drops to one hint, then grows back
+            await deliver(pilot, client, [step])
+            hint_sets.add(tuple(hint.name for hint in app.model.view().hints))
+        await pilot.pause()
+        assert len(hint_sets) == 3
+        assert layouts == []
+
+
+async def test_the_hints_panel_gives_lines_back_only_after_fewer_hints_lasted():
+    from llmd.tui.top.panels.hints import SHRINK_AFTER_S
+
+    app, client, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await deliver(pilot, client, range(8))
+        hints = app.query_one("#hints")
+        many = app.model.view()
+        few = dataclasses.replace(many, hints=many.hints[-1:])
+        lines = hints.content_size.height
+        calls = spy_on_refreshes(hints)
+
+        def layouts() -> int:
+            return sum(1 for _, is_layout in calls if is_layout)
+
+        hints.show(few, now=100.0)
+        hints.show(many, now=101.0)  # back before the delay: the lines were kept
+        hints.show(few, now=102.0)
+        hints.show(few, now=102.0 + SHRINK_AFTER_S - 0.5)
+        assert layouts() == 0
+        hints.show(few, now=102.0 + SHRINK_AFTER_S)
+        assert layouts() == 1
+        await pilot.pause()
+        assert hints.content_size.height < lines
+        before = layouts()  # the resize itself refreshed the panel with a layout
+        hints.show(many, now=200.0)  # more hints: the panel grows at once
+        assert layouts() == before + 1
+        await pilot.pause()
+        assert hints.content_size.height == lines
