@@ -111,3 +111,17 @@ async def test_the_hints_panel_gives_lines_back_only_after_fewer_hints_lasted():
         assert layouts() == before + 1
         await pilot.pause()
         assert hints.content_size.height == lines
+
+
+async def test_unchanged_lines_reuse_their_rendered_strips():
+    app, client, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await deliver(pilot, client, range(3))
+        requests = app.query_one("#requests")
+        before = list(requests._strips)
+        await pilot.press("down")
+        await pilot.pause()
+        after = requests._strips
+        assert len(after) == len(before)
+        reused = [y for y, (old, new) in enumerate(zip(before, after)) if old is new]
+        assert len(reused) == len(after) - 2  # only the two rows whose highlight moved

@@ -10,6 +10,8 @@ panel and every widget under the repainted region, which is most of top's CPU ti
 from __future__ import annotations
 
 from rich.console import RenderableType
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
@@ -33,6 +35,8 @@ class Panel(Widget):
         self._drawn_at = float("-inf")
         self._strips: list[Strip] = []
         self._strips_size = Size(0, 0)
+        self._line_strips: dict[tuple, Strip] = {}
+        """The last render's strip of each distinct line: unchanged lines are not rendered."""
         self.num_lines_repainted = 0
         """Content lines sent to the screen since mount (tests count repaints with it)."""
         if self.TITLE:
@@ -88,11 +92,21 @@ class Panel(Widget):
     def _render_strips(self, size: Size) -> list[Strip]:
         """`render()` as `size.height` strips of `size.width` cells, in the panel's colours."""
         console = self.app.console
-        options = console.options.update(width=size.width, height=size.height)
-        lines = console.render_lines(
-            self.render(), options, style=self.visual_style.rich_style, pad=True
-        )
-        return [Strip(line, size.width) for line in lines]
+        base = self.visual_style.rich_style
+        renderable = self.render()
+        if not (isinstance(renderable, Text) and renderable.no_wrap):  # Rich wraps it
+            options = console.options.update(width=size.width, height=size.height)
+            lines = console.render_lines(renderable, options, style=base, pad=True)
+            return [Strip(line, size.width) for line in lines]
+        previous, self._line_strips = self._line_strips, {}
+        strips = []
+        for line in renderable.split("\n", allow_blank=True)[: size.height]:
+            key = (line.plain, line.style, tuple(line.spans))
+            strip = previous.get(key) or line_strip(line, console, base, size.width)
+            self._line_strips[key] = strip
+            strips.append(strip)
+        blank = Strip.blank(size.width, base)
+        return strips + [blank] * (size.height - len(strips))
 
     def render(self) -> RenderableType:
         if self.view is None or not self.view.has_snapshot:
@@ -107,6 +121,14 @@ class Panel(Widget):
 
 _NOTHING = object()
 """The drawn state of a panel that has not drawn yet (equal to no state)."""
+
+
+def line_strip(line: Text, console, base: Style, width: int) -> Strip:
+    """One line of text as exactly `width` cells over the `base` style (cropped or padded)."""
+    segments = line.render(console)
+    if line.style and not line.spans:  # render() applies the text's own style only to spans
+        segments = Segment.apply_style(segments, console.get_style(line.style))
+    return Strip(Segment.apply_style(segments, base)).crop_extend(0, width, base)
 
 
 def line_runs(line_numbers: list[int]) -> list[tuple[int, int]]:
