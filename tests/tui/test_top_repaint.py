@@ -83,7 +83,7 @@ async def test_snapshots_whose_hints_come_and_go_do_not_lay_out_the_screen_again
 
 
 async def test_the_hints_panel_gives_lines_back_only_after_fewer_hints_lasted():
-    from llmd.tui.top.panels.hints import SHRINK_AFTER_S
+    from llmd.tui.top.panels.base import SHRINK_AFTER_S
 
     app, client, _ = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -24,6 +24,8 @@ class Panel(Widget):
     """A screen region of `llmd top`; subclasses implement `draw` and name what they read."""
 
     TITLE = ""
+    FITS_CONTENT = False
+    """The panel's height follows its content (its CSS height is auto): see `fits_content`."""
     IS_SLOW = False
     """A slow-moving, costly panel (windowed percentiles, the block map): it redraws at
     most once per the app's `slow_redraw_s`, off the snapshot-rate path."""
@@ -39,6 +41,12 @@ class Panel(Widget):
         """The last render's strip of each distinct line: unchanged lines are not rendered."""
         self.num_lines_repainted = 0
         """Content lines sent to the screen since mount (tests count repaints with it)."""
+        self._allotted: tuple[tuple[int, int], int] | None = None
+        """((content width, screen height), lines) the layout last gave a fitted panel."""
+        self._shrink_since: float | None = None
+        """When a fitted panel first needed fewer lines than allotted (None: it needs them)."""
+        self._needed: tuple[object, int] | None = None
+        """(state, width, screen height) and the lines it needs, so a tick does not redraw."""
         if self.TITLE:
             self.border_title = self.TITLE
 
@@ -53,6 +61,7 @@ class Panel(Widget):
         (the next snapshot, or the app's one-second tick) draws the newest view.
         """
         self.view = view
+        self._fit_height(now)
         state = (view.has_snapshot, self.state_of(view))
         if state == self._drawn_state:
             return False
@@ -62,6 +71,54 @@ class Panel(Widget):
         self._drawn_at = now
         self.repaint()
         return True
+
+    # ------------------------------------------------------------------ height
+
+    def fits_content(self) -> bool:
+        """Whether the height follows the content now (subclasses: only on some screens)."""
+        return self.FITS_CONTENT
+
+    def needed_lines(self, view: TopView, width: int) -> int:
+        """Lines the content of `view` needs at `width`, for a panel that fits its content."""
+        if not view.has_snapshot:
+            return 1
+        return len(self.draw(view, width, MAX_LINES).plain.split("\n"))
+
+    def max_lines(self, screen_height: int) -> int:
+        """The most lines a fitted panel takes on a screen `screen_height` lines tall."""
+        return MAX_LINES
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """The lines allotted (set again when the width or the screen height changes)."""
+        key = (width, viewport.height)
+        if self._allotted is None or self._allotted[0] != key:
+            lines = self.needed_lines(self.view or TopView(), width)
+            self._allotted = (key, max(1, min(lines, self.max_lines(viewport.height))))
+            self._shrink_since = None
+        return self._allotted[1]
+
+    def _fit_height(self, now: float) -> None:
+        """Grow at once to fit new content; give lines back only after fewer were needed for
+        SHRINK_AFTER_S: each height change lays out and repaints the whole screen."""
+        if self._allotted is None or self.view is None or not self.fits_content():
+            return
+        (width, screen_height), allotted = self._allotted
+        key = (self.view.has_snapshot, self.state_of(self.view), width, screen_height)
+        if self._needed is None or self._needed[0] != key:
+            lines = self.needed_lines(self.view, width)
+            self._needed = (key, max(1, min(lines, self.max_lines(screen_height))))
+        needed = self._needed[1]
+        if needed >= allotted:
+            self._shrink_since = None
+        elif self._shrink_since is None:
+            self._shrink_since = now
+        is_shrink_due = needed < allotted and now - self._shrink_since >= SHRINK_AFTER_S
+        if needed > allotted or is_shrink_due:
+            self._allotted = ((width, screen_height), needed)
+            self._shrink_since = None
+            self.refresh(layout=True)
+
+    # ------------------------------------------------------------------ lines
 
     def repaint(self) -> None:
         """Render now at the current size and refresh only the lines that changed."""
@@ -118,6 +175,12 @@ class Panel(Widget):
         """The panel's content for a `width` x `height` region."""
         raise NotImplementedError
 
+
+MAX_LINES = 1000
+"""More lines than any screen has: a panel drawn this tall shows all its content."""
+SHRINK_AFTER_S = 10.0
+"""How long a fitted panel must need fewer lines before it gives them back: content that
+comes and goes every few snapshots (hints, table rows) would otherwise relayout each time."""
 
 _NOTHING = object()
 """The drawn state of a panel that has not drawn yet (equal to no state)."""

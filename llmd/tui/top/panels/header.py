@@ -79,11 +79,11 @@ class HeaderPanel(Panel):
     The facts abbreviate, then wrap onto a second line, before anything is cut.
     """
 
+    FITS_CONTENT = True
+
     def __init__(self, address: str, **kwargs) -> None:
         super().__init__(**kwargs)
         self.address = address
-        self._num_lines: tuple[int, int] | None = None
-        """(content width, lines) the layout last gave the header."""
 
     def state_of(self, view: TopView) -> object:
         """What the header shows: uptime in whole seconds, the link's age only once lost."""
@@ -94,18 +94,8 @@ class HeaderPanel(Panel):
             connection = dataclasses.replace(connection, last_update_age_s=None)
         return header, connection
 
-    def get_content_height(self, container, viewport, width: int) -> int:
-        self._num_lines = (width, len(self.lines(self.view or TopView(), width)))
-        return self._num_lines[1]
-
-    def show(self, view: TopView, now: float = 0.0, slow_redraw_s: float = 0.0) -> bool:
-        """Redraw; lay the screen out again when the header needs another number of lines."""
-        is_changed = super().show(view, now, slow_redraw_s)
-        if is_changed and self._num_lines is not None:
-            width, num_lines = self._num_lines
-            if len(self.lines(view, width)) != num_lines:
-                self.refresh(layout=True)
-        return is_changed
+    def needed_lines(self, view: TopView, width: int) -> int:
+        return len(self.lines(view, width))
 
     def render(self) -> RenderableType:
         size = self.content_size

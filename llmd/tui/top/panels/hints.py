@@ -8,22 +8,13 @@ from llmd.tui.top.panels.base import Panel, join_lines, wrapped
 from llmd.tui.top.view import Hint, TopView
 
 NO_HINT = "no known bottleneck showing"
-SHRINK_AFTER_S = 10.0
-"""How long fewer hints must last before the panel gives the lines back: hints that come
-and go every few snapshots would otherwise relayout the whole screen each time."""
 
 
 class HintsPanel(Panel):
     """Every hint, word-wrapped and never cut; the panel grows to the lines they need."""
 
     TITLE = "Hints"
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self._allotted: tuple[int, int] | None = None
-        """(content width, lines) the layout gave the panel."""
-        self._shrink_since: float | None = None
-        """When the hints first needed fewer lines than allotted (None: they need them all)."""
+    FITS_CONTENT = True
 
     def state_of(self, view: TopView) -> object:
         return view.hints
@@ -45,34 +36,9 @@ class HintsPanel(Panel):
             return [[Text(NO_HINT, style="dim")]]
         return [wrapped([hint_line(hint)], width, self.app.console) for hint in view.hints]
 
-    def get_content_height(self, container, viewport, width: int) -> int:
-        """The lines allotted to the hints at `width` (set again whenever the width changes)."""
-        if self._allotted is None or self._allotted[0] != width:
-            self._allotted = (width, self._needed_lines(width))
-            self._shrink_since = None
-        return self._allotted[1]
-
-    def show(self, view: TopView, now: float = 0.0, slow_redraw_s: float = 0.0) -> bool:
-        """Redraw; grow at once to fit new hints, shrink only once fewer lines were needed
-        for SHRINK_AFTER_S (each height change lays out and repaints the whole screen)."""
-        is_changed = super().show(view, now, slow_redraw_s)
-        width = self.content_size.width
-        if not width or self._allotted is None or self._allotted[0] != width:
-            return is_changed  # the next layout sizes the panel from this view
-        needed, allotted = self._needed_lines(width), self._allotted[1]
-        if needed >= allotted:
-            self._shrink_since = None
-        elif self._shrink_since is None:
-            self._shrink_since = now
-        if needed > allotted or (needed < allotted and now - self._shrink_since >= SHRINK_AFTER_S):
-            self._allotted = (width, needed)
-            self._shrink_since = None
-            self.refresh(layout=True)
-        return is_changed
-
-    def _needed_lines(self, width: int) -> int:
-        """Lines every hint of the current view needs, wrapped to `width`."""
-        return sum(len(group) for group in self.groups(self.view, width))
+    def needed_lines(self, view: TopView, width: int) -> int:
+        """Lines every hint of `view` needs, wrapped to `width`."""
+        return sum(len(group) for group in self.groups(view, width))
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         groups = self.groups(view, width)
