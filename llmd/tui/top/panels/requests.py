@@ -89,6 +89,21 @@ def fit_columns(width: int) -> list[Column]:
     return columns
 
 
+TABLE_SHARE = 0.4
+"""The most of a tall screen's height the request table's row takes when it fits its rows."""
+
+
+def table_lines(screen_height: int) -> int:
+    """Content lines of the request table's row on a tall screen (its border takes one)."""
+    return max(3, int(screen_height * TABLE_SHARE) - 1)
+
+
+def tall_and_unzoomed(panel: Panel) -> bool:
+    """Whether `panel` is laid out on the tall overview (where its row fits the table)."""
+    screen = panel.screen
+    return screen.has_class("-tall") and not screen.has_class("-zoomed")
+
+
 def visible_range(num_rows: int, selected: int, capacity: int) -> range:
     """The rows to draw: from the top (live requests first), scrolled only as far as the
     selected row needs."""
@@ -102,9 +117,21 @@ class RequestsPanel(Panel):
     """One line per request; the selected row is highlighted and drives the timeline."""
 
     TITLE = "Requests"
+    FITS_CONTENT = True
 
     def state_of(self, view: TopView) -> object:
         return view.requests, view.num_live_requests, view.selected_request_id, view.sort_key
+
+    def fits_content(self) -> bool:
+        """On a tall screen the table takes the rows it needs and the panels above grow."""
+        return tall_and_unzoomed(self)
+
+    def needed_lines(self, view: TopView, width: int) -> int:
+        """Column titles, a line per row (or the note that there is none), the footer."""
+        return 2 + max(1, len(view.requests)) if view.has_snapshot else 1
+
+    def max_lines(self, screen_height: int) -> int:
+        return table_lines(screen_height)
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         columns = fit_columns(width)
