@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from textual.geometry import Region
 
@@ -125,3 +126,34 @@ async def test_unchanged_lines_reuse_their_rendered_strips():
         assert len(after) == len(before)
         reused = [y for y, (old, new) in enumerate(zip(before, after)) if old is new]
         assert len(reused) == len(after) - 2  # only the two rows whose highlight moved
+
+
+async def test_a_clock_tick_repaints_only_when_no_snapshot_did_for_a_second():
+    from llmd.tui.top.app import CLOCK_TICK_S
+
+    app, client, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await deliver(pilot, client, range(3))
+        redraws = []
+        redraw = app.redraw
+        app.redraw = lambda *args, **kwargs: (redraws.append(1), redraw(*args, **kwargs))
+        app._on_clock_tick()  # a snapshot was just drawn
+        assert redraws == []
+        app.last_redraw_at -= CLOCK_TICK_S  # no snapshot for a second: the tick catches up
+        app._on_clock_tick()
+        assert redraws == [1]
+
+
+async def test_a_slow_panel_due_a_moment_later_draws_with_this_snapshot():
+    app, client, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await deliver(pilot, client, range(3))
+        latency = app.query_one("#latency")
+        view = app.model.view()
+        drawn = dataclasses.replace(view.latency, window_s=45.0)
+        start = time.monotonic() + 100.0  # after the app's own draws
+        assert latency.show(dataclasses.replace(view, latency=drawn), now=start)
+        moved = dataclasses.replace(view.latency, window_s=30.0)
+        assert not latency.show(dataclasses.replace(view, latency=moved), start + 0.5, 1.0)
+        # snapshots a second apart arrive a few ms early or late: 0.95 s counts as due
+        assert latency.show(dataclasses.replace(view, latency=moved), start + 0.95, 1.0)

@@ -65,8 +65,8 @@ class Panel(Widget):
         state = (view.has_snapshot, self.state_of(view))
         if state == self._drawn_state:
             return False
-        if self.IS_SLOW and now - self._drawn_at < slow_redraw_s:
-            return False
+        if self.IS_SLOW and now - self._drawn_at < slow_redraw_s - SLOW_SLACK_S:
+            return False  # (the slack: snapshots a second apart are never a tick too early)
         self._drawn_state = state
         self._drawn_at = now
         self.repaint()
@@ -176,6 +176,9 @@ class Panel(Widget):
         raise NotImplementedError
 
 
+SLOW_SLACK_S = 0.1
+"""A slow panel due within this long draws now, with the snapshot being drawn, rather than
+on its own repaint a moment later."""
 MAX_LINES = 1000
 """More lines than any screen has: a panel drawn this tall shows all its content."""
 SHRINK_AFTER_S = 10.0
