@@ -46,7 +46,7 @@ class Panel(Widget):
         self._shrink_since: float | None = None
         """When a fitted panel first needed fewer lines than allotted (None: it needs them)."""
         self._needed: tuple[object, int] | None = None
-        """(state, width, screen height) and the lines it needs, so a tick does not redraw."""
+        """(state, width) and the lines it needs, so a tick does not draw it again."""
         if self.TITLE:
             self.border_title = self.TITLE
 
@@ -85,7 +85,8 @@ class Panel(Widget):
         return len(self.draw(view, width, MAX_LINES).plain.split("\n"))
 
     def max_lines(self, screen_height: int) -> int:
-        """The most lines a fitted panel takes on a screen `screen_height` lines tall."""
+        """The most lines a fitted panel may take on a screen `screen_height` lines tall
+        (read again at every snapshot: it may depend on the other panels' heights)."""
         return MAX_LINES
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
@@ -99,20 +100,23 @@ class Panel(Widget):
 
     def _fit_height(self, now: float) -> None:
         """Grow at once to fit new content; give lines back only after fewer were needed for
-        SHRINK_AFTER_S: each height change lays out and repaints the whole screen."""
+        SHRINK_AFTER_S (each height change lays out and repaints the whole screen), or at
+        once when the room the panel may take shrank."""
         if self._allotted is None or self.view is None or not self.fits_content():
             return
         (width, screen_height), allotted = self._allotted
-        key = (self.view.has_snapshot, self.state_of(self.view), width, screen_height)
+        key = (self.view.has_snapshot, self.state_of(self.view), width)
         if self._needed is None or self._needed[0] != key:
-            lines = self.needed_lines(self.view, width)
-            self._needed = (key, max(1, min(lines, self.max_lines(screen_height))))
-        needed = self._needed[1]
+            self._needed = (key, self.needed_lines(self.view, width))
+        room = self.max_lines(screen_height)
+        needed = max(1, min(self._needed[1], room))
         if needed >= allotted:
             self._shrink_since = None
         elif self._shrink_since is None:
             self._shrink_since = now
-        is_shrink_due = needed < allotted and now - self._shrink_since >= SHRINK_AFTER_S
+        is_shrink_due = needed < allotted and (
+            allotted > room or now - self._shrink_since >= SHRINK_AFTER_S
+        )
         if needed > allotted or is_shrink_due:
             self._allotted = ((width, screen_height), needed)
             self._shrink_since = None

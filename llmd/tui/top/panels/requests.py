@@ -89,13 +89,19 @@ def fit_columns(width: int) -> list[Column]:
     return columns
 
 
-TABLE_SHARE = 0.4
-"""The most of a tall screen's height the request table's row takes when it fits its rows."""
+STATE_ROW_LINES = 10
+"""The queue/KV/prefill-decode row's natural height (its panels' lines and border): the
+request table never takes it, whatever the number of rows."""
+OTHER_REGIONS = ("#header", "#row-speed", "#hints", "Footer")
+"""What else shares a tall screen's height with the state row and the table's row."""
 
 
-def table_lines(screen_height: int) -> int:
-    """Content lines of the request table's row on a tall screen (its border takes one)."""
-    return max(3, int(screen_height * TABLE_SHARE) - 1)
+def table_lines(panel: Panel, screen_height: int) -> int:
+    """Content lines the request table's row may take on a tall screen: what the other
+    regions (at their current heights) and the state row leave, less the row's border."""
+    screen = panel.screen
+    taken = sum(screen.query_one(selector).outer_size.height for selector in OTHER_REGIONS)
+    return max(3, screen_height - taken - STATE_ROW_LINES - 1)
 
 
 def tall_and_unzoomed(panel: Panel) -> bool:
@@ -131,7 +137,7 @@ class RequestsPanel(Panel):
         return 2 + max(1, len(view.requests)) if view.has_snapshot else 1
 
     def max_lines(self, screen_height: int) -> int:
-        return table_lines(screen_height)
+        return table_lines(self, screen_height)
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         columns = fit_columns(width)

@@ -24,7 +24,7 @@ class TimelinePanel(Panel):
         return tall_and_unzoomed(self)
 
     def max_lines(self, screen_height: int) -> int:
-        return table_lines(screen_height)
+        return table_lines(self, screen_height)
 
     def state_of(self, view: TopView) -> object:
         selected = view.selected_request_id
