@@ -157,3 +157,21 @@ async def test_a_slow_panel_due_a_moment_later_draws_with_this_snapshot():
         assert not latency.show(dataclasses.replace(view, latency=moved), start + 0.5, 1.0)
         # snapshots a second apart arrive a few ms early or late: 0.95 s counts as due
         assert latency.show(dataclasses.replace(view, latency=moved), start + 0.95, 1.0)
+
+
+async def test_a_new_theme_or_width_renders_every_line_again():
+    app, client, _ = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await deliver(pilot, client, range(3))
+        queue = app.query_one("#queue")
+        dark = list(queue._strips)
+        app.theme = "textual-light"
+        await pilot.pause()
+        queue.render_line(0)
+        assert all(old is not new and old != new for old, new in zip(dark, queue._strips))
+        await pilot.resize_terminal(140, 40)
+        await pilot.pause()
+        queue.render_line(0)
+        width = queue.content_size.width
+        assert width != dark[0].cell_length
+        assert all(strip.cell_length == width for strip in queue._strips)

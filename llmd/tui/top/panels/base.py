@@ -36,7 +36,10 @@ class Panel(Widget):
         self._drawn_state: object = _NOTHING
         self._drawn_at = float("-inf")
         self._strips: list[Strip] = []
-        self._strips_size = Size(0, 0)
+        self._strips_key: tuple[Size, Style] | None = None
+        """(content size, base style) the strips were rendered for: a resize or a theme
+        change renders them again."""
+        self._line_strips_key: tuple[int, Style] | None = None
         self._line_strips: dict[tuple, Strip] = {}
         """The last render's strip of each distinct line: unchanged lines are not rendered."""
         self.num_lines_repainted = 0
@@ -130,8 +133,9 @@ class Panel(Widget):
         if not size.width or not size.height:  # not laid out yet: render when shown
             self.refresh()
             return
-        previous = self._strips if self._strips_size == size else None
-        self._strips, self._strips_size = self._render_strips(size), size
+        key = (size, self.visual_style.rich_style)
+        previous = self._strips if self._strips_key == key else None
+        self._strips, self._strips_key = self._render_strips(size), key
         if previous is None:
             self.num_lines_repainted += size.height
             self.refresh()
@@ -142,10 +146,12 @@ class Panel(Widget):
             self.refresh(Region(0, start, size.width, stop - start))
 
     def render_line(self, y: int) -> Strip:
-        """Content line `y` from the last render (rendered again after a resize)."""
+        """Content line `y` from the last render (rendered again after a resize or a new
+        theme)."""
         size = self.content_size
-        if self._strips_size != size:
-            self._strips, self._strips_size = self._render_strips(size), size
+        key = (size, self.visual_style.rich_style)
+        if self._strips_key != key:
+            self._strips, self._strips_key = self._render_strips(size), key
         if y < len(self._strips):
             return self._strips[y]
         return Strip.blank(size.width, self.visual_style.rich_style)
@@ -159,7 +165,8 @@ class Panel(Widget):
             options = console.options.update(width=size.width, height=size.height)
             lines = console.render_lines(renderable, options, style=base, pad=True)
             return [Strip(line, size.width) for line in lines]
-        previous, self._line_strips = self._line_strips, {}
+        previous = self._line_strips if self._line_strips_key == (size.width, base) else {}
+        self._line_strips, self._line_strips_key = {}, (size.width, base)
         strips = []
         for line in renderable.split("\n", allow_blank=True)[: size.height]:
             key = (line.plain, line.style, tuple(line.spans))
