@@ -127,7 +127,7 @@ class HeaderPanel(Panel):
             lines = flow([lead, *engine, *facts], width)
             if len(lines) == 1:
                 break
-        if len(lines) > 1 and not is_tall:  # the link state fits beside the facts: drop the title
+        if len(lines) > 1 and not is_tall:  # one line short of room: the link state leads, no title
             lines = flow([status, *engine, *facts], width)
         if is_tall:
             lines.append(self._where_line(view, status, width))
