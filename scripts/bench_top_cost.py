@@ -102,11 +102,14 @@ class Load:
 class TopInTerminal:
     """`llmd top` in a pseudo-terminal whose screen updates are read and thrown away."""
 
-    def __init__(self, address: str, interval: float, columns: int, rows: int) -> None:
+    def __init__(
+        self, address: str, interval: float, columns: int, rows: int, profile: Path | None = None
+    ) -> None:
         self.leader, follower = pty.openpty()
         fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         env = {**environment(), "TERM": "xterm-256color"}
-        command = [sys.executable, "-m", "llmd.cli", "top", "--address", address,
+        profiler = [] if profile is None else ["-m", "cProfile", "-o", str(profile)]
+        command = [sys.executable, *profiler, "-m", "llmd.cli", "top", "--address", address,
                    "--interval", str(interval)]  # fmt: skip
         self.process = subprocess.Popen(
             command, stdin=follower, stdout=follower, stderr=follower, env=env
@@ -180,6 +183,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4, help="Concurrent streaming clients.")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--size", default="120x40", help="Terminal COLUMNSxROWS.")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="Run top under cProfile under load and write DIR/top_<interval>s.prof "
+        "(its CPU figures then include the profiler's overhead).",
+    )
+    parser.add_argument("--skip-idle", action="store_true", help="Skip the idle-daemon part.")
     args = parser.parse_args()
     columns, rows = (int(part) for part in args.size.split("x"))
 
@@ -187,7 +198,8 @@ def main() -> None:
         address = f"ipc://{directory}/d.sock"
         daemon = start_daemon(address, args.model, Path(directory) / "daemon.log")
         try:
-            idle_cost(address, daemon.pid, min(args.intervals), args, columns, rows)
+            if not args.skip_idle:
+                idle_cost(address, daemon.pid, min(args.intervals), args, columns, rows)
             with Load(address, args.clients, args.max_tokens) as load:
                 time.sleep(args.warmup)
                 baseline = [measure([daemon.pid], args.window)[0] for _ in range(args.repeats)]
@@ -196,7 +208,11 @@ def main() -> None:
                       "windows, medians")  # fmt: skip
                 print(f"daemon without top:      {statistics.median(baseline):6.1%} of a core")
                 for interval in args.intervals:
-                    top = TopInTerminal(address, interval, columns, rows)
+                    profile = None
+                    if args.profile is not None:
+                        args.profile.mkdir(parents=True, exist_ok=True)
+                        profile = args.profile / f"top_{interval:g}s.prof"
+                    top = TopInTerminal(address, interval, columns, rows, profile)
                     try:
                         time.sleep(args.warmup)
                         if top.process.poll() is not None:

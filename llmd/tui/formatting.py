@@ -76,6 +76,28 @@ def sparkline(values: Sequence[float], width: int, ceiling: float | None = None)
     return "".join(cells).rjust(width)
 
 
+def tall_sparkline(
+    values: Sequence[float], width: int, rows: int, ceiling: float | None = None
+) -> list[str]:
+    """`sparkline` `rows` lines tall (top line first): eight levels per line, so a tall
+    panel shows finer steps; one row is exactly `sparkline`."""
+    if rows <= 1:
+        return [sparkline(values, width, ceiling)]
+    if width <= 0:
+        return [""] * rows
+    recent = list(values)[-width:]
+    top = ceiling if ceiling is not None else max(recent, default=0.0)
+    num_eighths = len(SPARK_LEVELS) * rows
+    heights = [1 + (round(v / top * (num_eighths - 1)) if top > 0 else 0) for v in recent]
+    lines = []
+    for row in reversed(range(rows)):
+        cells = (
+            max(0, min(len(SPARK_LEVELS), height - row * len(SPARK_LEVELS))) for height in heights
+        )
+        lines.append("".join(SPARK_LEVELS[n - 1] if n else " " for n in cells).rjust(width))
+    return lines
+
+
 def bar(fractions: Sequence[float], symbols: str, width: int, fill: str = " ") -> str:
     """A stacked horizontal bar: `fractions[i]` of `width` cells drawn with `symbols[i]`."""
     if width <= 0:

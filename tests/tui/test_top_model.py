@@ -208,3 +208,26 @@ def test_the_best_rates_seen_are_the_yardstick_without_a_peak():
         model.apply(snapshot)
     efficiency = model.view().efficiency
     assert efficiency.best_decode_gb_per_s == 0.4 and efficiency.decode_gb_per_s == 0.2
+
+
+def test_the_request_table_is_read_once_per_snapshot_and_sort(monkeypatch):
+    import llmd.tui.top.model as model_module
+
+    num_reads = []
+    read_requests = model_module.read_requests
+
+    def counting_read_requests(*args):
+        num_reads.append(1)
+        return read_requests(*args)
+
+    monkeypatch.setattr(model_module, "read_requests", counting_read_requests)
+    model = TopModel(clock=lambda: 0.0)
+    model.apply(busy_snapshot(3))
+    first = model.view()
+    assert model.view() == first
+    assert len(num_reads) == 1  # applying and two views share one read
+    model.cycle_sort()
+    assert model.view().requests != first.requests
+    model.apply(busy_snapshot(4))
+    model.view()
+    assert len(num_reads) == 3

@@ -32,7 +32,10 @@ from llmd.tui.top.panels.timeline import TimelinePanel
 
 DEFAULT_INTERVAL_S = 0.25
 CLOCK_TICK_S = 1.0
-"""How often the screen catches up without a snapshot (link state, waiting slow panels)."""
+"""How often the screen catches up without a snapshot (link state, waiting slow panels);
+a tick redraws only when no snapshot did for this long, so it never adds a repaint."""
+TICK_SLACK_S = 0.1
+"""Timer jitter allowed when deciding whether a tick or a slow panel is due."""
 SLOW_REDRAW_S = 1.0
 """Slow panels (latency window, efficiency, block map, timeline) redraw at most this often."""
 
@@ -72,6 +75,8 @@ class TopApp(App):
         self.model = TopModel(clock=clock)
         self.zoomed_number = 0
         """The panel shown on the whole screen (1-9), or 0 for the overview."""
+        self.last_redraw_at = float("-inf")
+        """time.monotonic() of the last redraw."""
         self.feed = SnapshotFeed(client_factory, interval_s, self.post_message)
 
     def compose(self) -> ComposeResult:
@@ -104,6 +109,7 @@ class TopApp(App):
         """
         view = self.model.view()
         now = time.monotonic()
+        self.last_redraw_at = now
         slow_redraw_s = 0.0 if is_urgent else self.slow_redraw_s
         for panel in self.query(Panel):
             panel.show(view, now, slow_redraw_s)
@@ -156,7 +162,8 @@ class TopApp(App):
         self.call_after_refresh(self._note_hidden_panels)
 
     def _on_clock_tick(self) -> None:
-        self.redraw()
+        if time.monotonic() - self.last_redraw_at >= CLOCK_TICK_S - TICK_SLACK_S:
+            self.redraw()
 
     # ------------------------------------------------------------------ feed events
 

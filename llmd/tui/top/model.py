@@ -71,6 +71,8 @@ class TopModel:
             name: deque(maxlen=history_length) for name in SERIES
         }
         self.snapshot: dict[str, Any] | None = None
+        self._read_rows: tuple[object, str, list[RequestRow], int] | None = None
+        """(snapshot, sort key, sorted rows, live count) of the last table read."""
         self._previous_totals: tuple[float, float, float, float] | None = None
         self.sort_key = SORT_KEYS[0]
         self.selected_request_id: str | None = None
@@ -160,7 +162,7 @@ class TopModel:
                 best_prefill_tflop_per_s=self.best_rates.get("prefill_tflop_per_s"),
             ),
             requests=tuple(rows),
-            num_live_requests=read_requests(snapshot, 0)[1],
+            num_live_requests=self._read_table()[1],
             selected_request_id=self.selected_request_id,
             sort_key=self.sort_key,
             timeline=timeline,
@@ -172,10 +174,19 @@ class TopModel:
     # ------------------------------------------------------------------ internals
 
     def _rows(self) -> list[RequestRow]:
+        return self._read_table()[0]
+
+    def _read_table(self) -> tuple[list[RequestRow], int]:
+        """The sorted rows and the live count, read once per snapshot and sort key (applying
+        a snapshot and drawing it each need them)."""
         if self.snapshot is None:
-            return []
-        rows, _ = read_requests(self.snapshot, MAX_RECENT_ROWS)
-        return sort_rows(rows, self.sort_key)
+            return [], 0
+        cached = self._read_rows
+        if cached is None or cached[0] is not self.snapshot or cached[1] != self.sort_key:
+            rows, num_live = read_requests(self.snapshot, MAX_RECENT_ROWS)
+            cached = (self.snapshot, self.sort_key, sort_rows(rows, self.sort_key), num_live)
+            self._read_rows = cached
+        return list(cached[2]), cached[3]
 
     @staticmethod
     def _index_of(rows: list[RequestRow], request_id: str | None) -> int | None:

@@ -8,7 +8,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from llmd.tui.formatting import MISSING, fmt_uptime, truncate
-from llmd.tui.top.panels.base import Panel
+from llmd.tui.top.panels.base import Panel, join_lines
 from llmd.tui.top.view import ConnectionView, HeaderView, TopView
 
 
@@ -29,18 +29,57 @@ def connection_text(connection: ConnectionView, address: str) -> Text:
     )
 
 
-def policy_text(header: HeaderView) -> str:
-    """'fcfs, budget 2048 tok/step, 256 seqs' with '-' for what the daemon did not send."""
+def policy_text(header: HeaderView, is_compact: bool = False) -> str:
+    """'fcfs, budget 2048 tok/step, ≤256 seqs' ('fcfs 2048 tok/step ≤256 seqs' compact),
+    with '-' for what the daemon did not send."""
     policy = header.scheduling_policy or MISSING
     budget = MISSING if header.max_num_batched_tokens is None else header.max_num_batched_tokens
-    text = f"{policy}, budget {budget} tok/step"
+    text = f"{policy} {budget} tok/step" if is_compact else f"{policy}, budget {budget} tok/step"
     if header.max_num_seqs is not None:
-        text += f", ≤{header.max_num_seqs} seqs"
+        text += f"{' ' if is_compact else ', '}≤{header.max_num_seqs} seqs"
     return text
 
 
+SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+SEPARATOR = " │ "
+
+
+def facts_of(header: HeaderView, is_compact: bool) -> list[str]:
+    """Model name, device/dtype, uptime and policy (dtype and policy abbreviated if compact)."""
+    model = header.model or MISSING
+    dtype = header.dtype or MISSING
+    if is_compact:
+        dtype = SHORT_DTYPES.get(dtype, dtype)
+    return [
+        model.rstrip("/").rsplit("/", 1)[-1],  # the name, not where it lives on disk
+        f"{header.device or MISSING}/{dtype}",
+        f"up {fmt_uptime(header.uptime_s)}",
+        policy_text(header, is_compact),
+    ]
+
+
+def flow(items: list[Text], width: int) -> list[Text]:
+    """`items` joined by ' │ ' into as few lines of `width` as whole items allow (an item
+    wider than a line alone is cut with an ellipsis)."""
+    lines: list[Text] = []
+    for item in items:
+        if lines and lines[-1].cell_len + len(SEPARATOR) + item.cell_len <= width:
+            lines[-1].append(SEPARATOR)
+            lines[-1].append_text(item)
+        else:
+            lines.append(item.copy())
+    for line in lines:
+        line.truncate(width, overflow="ellipsis")
+    return lines
+
+
 class HeaderPanel(Panel):
-    """Model, device, dtype, address, uptime, scheduling policy, token budget, link state."""
+    """Model, device, dtype, address, uptime, scheduling policy, token budget, link state.
+
+    The facts abbreviate, then wrap onto a second line, before anything is cut.
+    """
+
+    FITS_CONTENT = True
 
     def __init__(self, address: str, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -55,45 +94,56 @@ class HeaderPanel(Panel):
             connection = dataclasses.replace(connection, last_update_age_s=None)
         return header, connection
 
+    def needed_lines(self, view: TopView, width: int) -> int:
+        return len(self.lines(view, width))
+
     def render(self) -> RenderableType:
         size = self.content_size
         view = self.view or TopView()
         return self.draw(view, max(1, size.width), max(1, size.height))
 
     def draw(self, view: TopView, width: int, height: int) -> RenderableType:
-        header = view.header
+        return join_lines(self.lines(view, width), height)
+
+    def lines(self, view: TopView, width: int) -> list[Text]:
+        """The header's lines at `width`: the facts (with the link state on a short screen),
+        then on a tall screen where it is served from and the link state."""
+        width = max(1, width)
+        is_tall = self.screen.has_class("-tall")
         status = connection_text(view.connection, self.address)
         title = Text("llmd top", style="bold")
         if not view.has_snapshot:
-            return Text(" ").join([title, status])
-        model = header.model or MISSING
-        device = f"{header.device or MISSING}/{header.dtype or MISSING}"
+            return flow([Text(" ").join([title, status])], width)
+        header = view.header
+        lead = title if is_tall else Text(" ").join([title, status])
+        engine: list[Text] = []
         state = header.state or MISSING
-        facts = [
-            model.rstrip("/").rsplit("/", 1)[-1],  # the name, not where it lives on disk
-            device,
-            f"up {fmt_uptime(header.uptime_s)}",
-            policy_text(header),
-        ]
-        engine = Text()
         if state != "ok":
             reason = f": {header.error}" if header.error else ""
-            engine = Text(f"engine {state}{reason} │ ", style="bold red")
-        address = header.address or self.address
-        if height == 1:
-            line = Text(" ").join([title, status, Text("│"), engine + Text(" │ ".join(facts))])
-            line.truncate(width, overflow="ellipsis")
-            return line
-        line = Text(" ").join([title, engine + Text(" │ ".join(facts))])
-        line.truncate(width, overflow="ellipsis")
-        details = [address, f"v{header.version or MISSING}"]
+            engine = [Text(f"engine {state}{reason}", style="bold red")]
+        lines = []
+        for is_compact in (False, True):
+            facts = [Text(fact) for fact in facts_of(header, is_compact)]
+            lines = flow([lead, *engine, *facts], width)
+            if len(lines) == 1:
+                break
+        if len(lines) > 1 and not is_tall:  # one line short of room: the link state leads, no title
+            lines = flow([status, *engine, *facts], width)
+        if is_tall:
+            lines.append(self._where_line(view, status, width))
+        return lines
+
+    def _where_line(self, view: TopView, status: Text, width: int) -> Text:
+        """'ipc://… · v0.1.0 · triton attention · NVIDIA H100  ● live' (the address cut first)."""
+        header = view.header
+        details = [header.address or self.address, f"v{header.version or MISSING}"]
         if header.attention_backend:
             details.append(f"{header.attention_backend} attention")
         if header.device_name and header.device_name != header.device:
             details.append(header.device_name)
         where = truncate(" · ".join(details), max(width // 2, width - len(status.plain) - 2))
-        second = Text(where, style="dim")
-        second.append("  ")
-        second.append_text(status)
-        second.truncate(width, overflow="ellipsis")
-        return Text("\n").join([line, second])
+        line = Text(where, style="dim")
+        line.append("  ")
+        line.append_text(status)
+        line.truncate(width, overflow="ellipsis")
+        return line

@@ -14,6 +14,7 @@ class HintsPanel(Panel):
     """Every hint, word-wrapped and never cut; the panel grows to the lines they need."""
 
     TITLE = "Hints"
+    FITS_CONTENT = True
 
     def state_of(self, view: TopView) -> object:
         return view.hints
@@ -35,24 +36,9 @@ class HintsPanel(Panel):
             return [[Text(NO_HINT, style="dim")]]
         return [wrapped([hint_line(hint)], width, self.app.console) for hint in view.hints]
 
-    def get_content_height(self, container, viewport, width: int) -> int:
-        """Lines the hints need; it only shrinks when the set of hints changes, so numbers
-        changing inside a hint never resize the panel (a resize repaints the whole screen)."""
-        needed = sum(len(group) for group in self.groups(self.view, width))
-        names = None if self.view is None else tuple(hint.name for hint in self.view.hints)
-        sticky = getattr(self, "_sticky_height", None)
-        if sticky is not None and sticky[0] == (names, width):
-            needed = max(needed, sticky[1])
-        self._sticky_height = ((names, width), needed)
-        return needed
-
-    def show(self, view: TopView, now: float = 0.0, slow_redraw_s: float = 0.0) -> bool:
-        width = self.content_size.width or 80
-        height = self.get_content_height(None, None, width)
-        is_changed = super().show(view, now, slow_redraw_s)
-        if is_changed and self.get_content_height(None, None, width) != height:
-            self.refresh(layout=True)  # the panel's height follows its content
-        return is_changed
+    def needed_lines(self, view: TopView, width: int) -> int:
+        """Lines every hint of `view` needs, wrapped to `width`."""
+        return sum(len(group) for group in self.groups(view, width))
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         groups = self.groups(view, width)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmd.tui.formatting import sparkline
+from llmd.tui.formatting import tall_sparkline
 from llmd.tui.top.panels.base import Panel, join_lines
 from llmd.tui.top.view import TopView
 
@@ -13,7 +13,8 @@ SHORT_NAMES = {"waiting": "wait", "running": "run", "preempted": "pre"}
 
 
 class QueuePanel(Panel):
-    """Waiting, running and preempted counts with sparklines on a shared scale."""
+    """Waiting, running and preempted counts with sparklines on a shared scale (several
+    lines tall when the panel has the room)."""
 
     TITLE = "Queue"
 
@@ -30,14 +31,18 @@ class QueuePanel(Panel):
         ceiling = max([1.0, *(max(h, default=0.0) for _, h in series.values())])
         label_width = 10 if width >= 30 else 5
         spark_width = max(0, width - label_width - 6)
+        growth = queue.waiting_growth_per_s
+        num_notes = 1 if growth is None else 2
+        rows = max(1, (height - num_notes) // len(series))  # a tall panel: taller sparklines
         lines = []
         for name, (count, history) in series.items():
+            chart = tall_sparkline(history, spark_width, rows, ceiling)
+            lines += [Text(" " * (label_width + 6) + row, style=STYLES[name]) for row in chart[:-1]]
             label = name if label_width >= 10 else SHORT_NAMES[name]
             line = Text(label.ljust(label_width), style="dim")
             line.append(f"{count:>5} ", style=f"bold {STYLES[name]}")
-            line.append(sparkline(history, spark_width, ceiling), style=STYLES[name])
+            line.append(chart[-1], style=STYLES[name])
             lines.append(line)
-        growth = queue.waiting_growth_per_s
         is_wide = width >= 32
         if growth is not None:
             label = "waiting" if is_wide else "wait"

@@ -89,6 +89,27 @@ def fit_columns(width: int) -> list[Column]:
     return columns
 
 
+STATE_ROW_LINES = 10
+"""The queue/KV/prefill-decode row's natural height (its panels' lines and border): the
+request table never takes it, whatever the number of rows."""
+OTHER_REGIONS = ("#header", "#row-speed", "#hints", "Footer")
+"""What else shares a tall screen's height with the state row and the table's row."""
+
+
+def table_lines(panel: Panel, screen_height: int) -> int:
+    """Content lines the request table's row may take on a tall screen: what the other
+    regions (at their current heights) and the state row leave, less the row's border."""
+    screen = panel.screen
+    taken = sum(screen.query_one(selector).outer_size.height for selector in OTHER_REGIONS)
+    return max(3, screen_height - taken - STATE_ROW_LINES - 1)
+
+
+def tall_and_unzoomed(panel: Panel) -> bool:
+    """Whether `panel` is laid out on the tall overview (where its row fits the table)."""
+    screen = panel.screen
+    return screen.has_class("-tall") and not screen.has_class("-zoomed")
+
+
 def visible_range(num_rows: int, selected: int, capacity: int) -> range:
     """The rows to draw: from the top (live requests first), scrolled only as far as the
     selected row needs."""
@@ -102,9 +123,21 @@ class RequestsPanel(Panel):
     """One line per request; the selected row is highlighted and drives the timeline."""
 
     TITLE = "Requests"
+    FITS_CONTENT = True
 
     def state_of(self, view: TopView) -> object:
         return view.requests, view.num_live_requests, view.selected_request_id, view.sort_key
+
+    def fits_content(self) -> bool:
+        """On a tall screen the table takes the rows it needs and the panels above grow."""
+        return tall_and_unzoomed(self)
+
+    def needed_lines(self, view: TopView, width: int) -> int:
+        """Column titles, a line per row (or the note that there is none), the footer."""
+        return 2 + max(1, len(view.requests)) if view.has_snapshot else 1
+
+    def max_lines(self, screen_height: int) -> int:
+        return table_lines(self, screen_height)
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         columns = fit_columns(width)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmd.tui.formatting import bar, fmt_number, fmt_percent, fmt_seconds, sparkline
+from llmd.tui.formatting import bar, fmt_number, fmt_percent, fmt_seconds, tall_sparkline
 from llmd.tui.top.panels.base import Panel, join_lines, wrapped
 from llmd.tui.top.view import TopView
 
@@ -29,18 +29,6 @@ class StepsPanel(Panel):
         history = (*steps.prompt_per_step_history, *steps.generation_per_step_history)
         ceiling = max([1.0, *history])
         spark_width = max(0, width - 19)  # label 8, value 5, "/step " 6
-        lines = []
-        for label, value, series, style in (
-            ("prefill", steps.prompt_tokens_per_step, steps.prompt_per_step_history, PREFILL_STYLE),
-            ("decode", steps.generation_tokens_per_step, steps.generation_per_step_history,
-             DECODE_STYLE),
-        ):  # fmt: skip
-            line = Text(f"{label:<8}", style="dim")
-            line.append(f"{fmt_number(value):>5}/step ", style=f"bold {style}")
-            line.append(sparkline(series, spark_width, ceiling), style=style)
-            lines.append(line)
-        for line in lines:
-            line.truncate(width, overflow="ellipsis")
         prose = [
             Text(
                 f"step {fmt_seconds(steps.step_mean_s)} mean, {fmt_seconds(steps.step_p99_s)} p99"
@@ -57,8 +45,27 @@ class StepsPanel(Panel):
             line.append(f" · decode {fmt_percent(1 - share)}", style=DECODE_STYLE)
             prose.append(line)
         console = self.app.console
-        lines += [*wrapped(prose[:1], width, console), phase_bar]
-        lines += wrapped(prose[1:], width, console)
+        below = [
+            *wrapped(prose[:1], width, console),
+            phase_bar,
+            *wrapped(prose[1:], width, console),
+        ]
+        rows = max(1, (height - len(below)) // 2)  # a tall panel: taller sparklines
+        lines = []
+        for label, value, series, style in (
+            ("prefill", steps.prompt_tokens_per_step, steps.prompt_per_step_history, PREFILL_STYLE),
+            ("decode", steps.generation_tokens_per_step, steps.generation_per_step_history,
+             DECODE_STYLE),
+        ):  # fmt: skip
+            chart = tall_sparkline(series, spark_width, rows, ceiling)
+            lines += [Text(" " * 19 + row, style=style) for row in chart[:-1]]
+            line = Text(f"{label:<8}", style="dim")
+            line.append(f"{fmt_number(value):>5}/step ", style=f"bold {style}")
+            line.append(chart[-1], style=style)
+            lines.append(line)
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+        lines += below
         return join_lines(lines, height)
 
     def _phase_lines(self, view: TopView, width: int) -> list[Text]:

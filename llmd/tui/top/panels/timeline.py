@@ -6,6 +6,7 @@ from rich.text import Text
 
 from llmd.tui.formatting import MISSING, fmt_seconds
 from llmd.tui.top.panels.base import Panel, join_lines, styled_runs, wrapped
+from llmd.tui.top.panels.requests import table_lines, tall_and_unzoomed
 from llmd.tui.top.timeline_strip import LEGEND, PREEMPTED, PREFILL, QUEUED, timeline_strip
 from llmd.tui.top.view import TopView
 
@@ -17,6 +18,13 @@ class TimelinePanel(Panel):
 
     TITLE = "Timeline"
     IS_SLOW = True
+    FITS_CONTENT = True
+
+    def fits_content(self) -> bool:
+        return tall_and_unzoomed(self)
+
+    def max_lines(self, screen_height: int) -> int:
+        return table_lines(self, screen_height)
 
     def state_of(self, view: TopView) -> object:
         selected = view.selected_request_id

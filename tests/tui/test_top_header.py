@@ -1,0 +1,60 @@
+"""`llmd top`'s header fits any width: it abbreviates, then wraps, before it cuts anything."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tui.sample_snapshots import WAITING, busy_snapshot
+from tests.tui.screen_text import screen_text
+from tests.tui.test_top_app import make_app
+from tests.tui.waiting import wait_for
+
+LONG_MODEL = {
+    "model": "/models/SmolLM2-360M-Instruct",
+    "device": "cuda",
+    "dtype": "bfloat16",
+    "uptime_s": 7_380.0,
+    "max_num_batched_tokens": 8192,
+    "max_num_seqs": 256,
+}
+
+
+async def header_after(size: tuple[int, int], **daemon) -> tuple[list[str], str]:
+    """The header's lines and the whole screen after the test snapshots (daemon facts
+    overridden by `daemon`)."""
+    app, client, _ = make_app()
+    async with app.run_test(size=size) as pilot:
+        for step in range(len(WAITING)):
+            snapshot = busy_snapshot(step, app.feed.timeline_request_id)
+            snapshot["daemon"].update(daemon)
+            await client.push(snapshot)
+            await wait_for(pilot, lambda snapshot=snapshot: app.model.snapshot is snapshot)
+        await pilot.pause()
+        num_lines = app.query_one("#header").size.height
+        text = screen_text(app)
+    return [line.strip() for line in text.splitlines()[:num_lines]], text
+
+
+async def test_at_80_columns_the_header_abbreviates_instead_of_cutting():
+    lines, _ = await header_after((80, 24))
+    assert lines == ["● live │ tiny-llama │ cpu/fp32 │ up 3m07s │ fcfs 2048 tok/step ≤8 seqs"]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (80, 40)])
+async def test_a_header_too_long_for_one_line_wraps_whole_facts(size):
+    lines, text = await header_after(size, **LONG_MODEL)
+    facts = ["SmolLM2-360M-Instruct", "cuda/bf16", "up 2h03m", "fcfs 8192 tok/step ≤256 seqs"]
+    header = " │ ".join(lines)
+    assert all(fact in header for fact in facts)
+    assert "…" not in lines[0] and "…" not in lines[1]
+    assert len(lines) == (2 if size[1] < 36 else 3)  # a tall screen adds where it is served from
+    assert "━1 Queue" in text.splitlines()[len(lines)]  # the panels moved down, none overlap
+
+
+async def test_a_wide_header_keeps_the_full_wording_on_one_line():
+    lines, _ = await header_after((200, 50), **LONG_MODEL)
+    assert lines[0] == (
+        "llmd top │ SmolLM2-360M-Instruct │ cuda/bfloat16 │ up 2h03m │ "
+        "fcfs, budget 8192 tok/step, ≤256 seqs"
+    )
+    assert lines[1].startswith("ipc://") and lines[1].endswith("● live")
