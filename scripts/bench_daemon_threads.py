@@ -15,11 +15,9 @@ forward pass? Prints, per group, % of one core and % of the daemon's CPU, the me
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling scripts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from bench_top_cost import CLOCK_TICKS, Load, environment
+from bench_top_cost import CLOCK_TICKS, Load, start_daemon
 
 GROUPS = {
     "llmd-engine": "forward pass (engine thread + OpenMP workers)",
@@ -37,26 +35,6 @@ GROUPS = {
     "llmd-tokenize": "tokenizer pool",
 }
 MAIN = "I/O loop (main thread)"
-
-
-def start_daemon(address: str, model: str | None, log_path: Path) -> subprocess.Popen:
-    """`llmd serve` (ZeroMQ only) on a private address; returns once it is healthy."""
-    from llmd.client import Client, DaemonNotRunningError
-
-    command = [sys.executable, "-m", "llmd.cli", "serve", "--address", address, "--no-http"]
-    command += ["--model", model] if model else []
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, env=environment(), stdout=log, stderr=log)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the daemon exited:\n{log_path.read_text()}")
-        with contextlib.suppress(DaemonNotRunningError), Client(address, timeout=1.0) as client:
-            if client.health()["is_healthy"]:
-                return process
-        time.sleep(0.2)
-    process.kill()
-    raise TimeoutError(f"the daemon was not healthy in time:\n{log_path.read_text()}")
 
 
 def thread_cpu_seconds(pid: int) -> dict[int, tuple[str, float]]:

@@ -48,10 +48,13 @@ def environment() -> dict[str, str]:
 
 
 def start_daemon(address: str, model: str | None, log_path: Path) -> subprocess.Popen:
-    """`llmd serve` in the foreground on a private address; returns once it is healthy."""
+    """`llmd serve` in the foreground on a private address; returns once it is healthy.
+
+    ZeroMQ only (--no-http): a busy port 8000 must not stop a benchmark.
+    """
     from llmd.client import Client, DaemonNotRunningError
 
-    command = [sys.executable, "-m", "llmd.cli", "serve", "--address", address]
+    command = [sys.executable, "-m", "llmd.cli", "serve", "--address", address, "--no-http"]
     if model:
         command += ["--model", model]
     with open(log_path, "wb") as log:
@@ -64,6 +67,7 @@ def start_daemon(address: str, model: str | None, log_path: Path) -> subprocess.
             if client.health()["is_healthy"]:
                 return process
         time.sleep(0.2)
+    process.kill()
     raise TimeoutError(f"the daemon was not healthy in time:\n{log_path.read_text()}")
 
 
