@@ -65,9 +65,11 @@ class EngineConfig:
     num_threads: int | None = None
     """Intra-op threads of the forward pass on CPU, set once at start-up; None: the cores
     this process may use ($OMP_NUM_THREADS when set)."""
-    prepack_weights: bool = True
+    prepack_weights: bool = False
     """On CPU, repack linear weights once into oneDNN's blocked GEMM layout (torch's default
-    GEMM repacks them every call, 1.2-2.5x slower at decode's batch sizes); False keeps it."""
+    GEMM repacks them every call: 1.2-2.5x slower at decode's batch sizes). Off by default:
+    oneDNN caches a primitive (~1.5-2.5 MB) per distinct row count, so RSS grows with every
+    new batch size until its caches (1024 entries each) fill."""
     skip_tokenizer_init: bool = False
     """Load no tokenizer: prompts must be token ids and no text is produced (benchmarks)."""
     trust_remote_code: bool = False

@@ -157,8 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in llmd")
     parser.add_argument(
-        "--no-prepack-weights", action="store_true",
-        help="llmd on CPU keeps torch's default GEMM (no oneDNN weight packing), for A/B runs",
+        "--prepack-weights", action="store_true",
+        help="llmd on CPU runs oneDNN's GEMM on weights packed at load (prepack_weights)",
     )  # fmt: skip
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument(
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             "attention_backend": args.attention_backend,
             "enforce_eager": args.enforce_eager,
             "num_threads": args.num_threads,
-            "prepack_weights": not args.no_prepack_weights,
+            "prepack_weights": args.prepack_weights,
             "async_scheduling": {"auto": None, "on": True, "off": False}[args.async_scheduling],
         }
         if args.max_model_len is not None:
