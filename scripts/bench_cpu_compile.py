@@ -2,8 +2,11 @@
 """Eager vs torch.compile'd model forward on CPU: prefill and decode step times, compile time.
 
     .venv/bin/python scripts/bench_cpu_compile.py --model /tmp/smollm2-135m-random
+    .venv/bin/python scripts/bench_cpu_compile.py --num-threads 1 \
+        --variants eager-packed compiled-frozen compiled-packed   # figures in ARCHITECTURE.md
 
-(without --model a SmolLM2-135M-shaped random checkpoint is written to a temporary folder).
+(without --model a SmolLM2-135M-shaped random checkpoint is written to a temporary folder;
+compiling the full model takes minutes per compiled variant on a 2-core machine).
 Variants, each its own copy of the model over one shared paged KV cache:
 
 - `eager-packed`: the engine's default (oneDNN-prepacked linears): the baseline.
@@ -158,9 +161,16 @@ def main() -> int:
     parser.add_argument("--num-layers", type=int, help="keep only the first N layers (probes)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    if args.model is not None:
+        return run(args, args.model)
+    with tempfile.TemporaryDirectory(prefix="llmd-compile-bench-") as scratch:
+        return run(args, make_default_checkpoint(Path(scratch)))
+
+
+def run(args: argparse.Namespace, model_path: Path) -> int:
+    """Build the variants over `model_path`, compile them, time every step, print a table."""
     torch.set_num_threads(args.num_threads)
     torch._inductor.config.freezing = True  # only affects compiled variants
-    model_path = args.model or make_default_checkpoint()
     hf_config = load_hf_config(model_path)
     device = torch.device("cpu")
     backend = create_attention_backend("cpu", device)  # builds or loads the op
@@ -234,12 +244,12 @@ def time_step(
     return medians, equal
 
 
-def make_default_checkpoint() -> Path:
+def make_default_checkpoint(folder: Path) -> Path:
+    """A random SmolLM2-135M-shaped checkpoint in `folder` (the offline benchmark's shape)."""
     from llmd.bench.workload import SHAPES, make_checkpoint
 
     arch, fields, dtype = SHAPES["smollm2-135m"]
-    path = Path(tempfile.mkdtemp(prefix="llmd-compile-bench-")) / "smollm2-135m-random"
-    return make_checkpoint(path, fields, arch, dtype)
+    return make_checkpoint(folder / "smollm2-135m-random", fields, arch, dtype)
 
 
 if __name__ == "__main__":
