@@ -7,6 +7,7 @@ to the daemon over the daemon's own address, as any ZeroMQ client does.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import os
@@ -28,6 +29,8 @@ GRACEFUL_SHUTDOWN_S = 5.0
 READY_TIMEOUT_S = 60.0
 LOOPBACK_NAMES = ("localhost",)
 LISTEN_BACKLOG = 2048
+PORT_BUSY_RETRY_S = 2.0
+"""How long a busy port is retried: a killed daemon's HTTP process may still be exiting."""
 
 
 class HttpStartError(LLMDError):
@@ -77,6 +80,9 @@ class HttpServer:
         self._socket = _bind(host, port)
         self._process: subprocess.Popen | None = None
         self._ready_fd: int | None = None
+        self._lifeline_fd: int | None = None
+        """Write end of a pipe the HTTP process watches: the kernel closes it when this
+        process dies, even by SIGKILL, so the HTTP process frees the port at once."""
 
     @property
     def url(self) -> str:
@@ -87,6 +93,7 @@ class HttpServer:
     def start(self) -> None:
         """Start the HTTP process on the bound socket (the daemon need not listen yet)."""
         ready_read, ready_write = os.pipe()
+        lifeline_read, lifeline_write = os.pipe()
         env = dict(os.environ)
         env.pop(API_KEY_ENV, None)
         if self.api_key is not None:
@@ -97,6 +104,7 @@ class HttpServer:
             sys.executable, "-m", "llmd.http",
             "--fd", str(self._socket.fileno()),
             "--ready-fd", str(ready_write),
+            "--lifeline-fd", str(lifeline_read),
             "--daemon-address", self.daemon_address,
             "--max-body-bytes", str(self.max_body_bytes),
             "--graceful-shutdown-s", str(self.graceful_shutdown_s),
@@ -105,14 +113,19 @@ class HttpServer:
         try:
             self._process = subprocess.Popen(
                 command,
-                pass_fds=(self._socket.fileno(), ready_write),
+                pass_fds=(self._socket.fileno(), ready_write, lifeline_read),
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # a terminal's Ctrl-C goes to the daemon, which drains
             )
+        except BaseException:
+            os.close(lifeline_write)
+            raise
         finally:
             os.close(ready_write)
+            os.close(lifeline_read)
         self._ready_fd = ready_read
+        self._lifeline_fd = lifeline_write
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Block until the HTTP process serves; raise HttpStartError if it died or hung."""
@@ -146,6 +159,9 @@ class HttpServer:
         if self._ready_fd is not None:
             os.close(self._ready_fd)
             self._ready_fd = None
+        if self._lifeline_fd is not None:  # only now: closing it first would skip the grace
+            os.close(self._lifeline_fd)
+            self._lifeline_fd = None
         self._socket.close()
 
 
@@ -156,14 +172,19 @@ def _bind(host: str, port: int) -> socket.socket:
         raise InvalidParameterError(
             f"cannot resolve HTTP host {host}: {error}", "http_host"
         ) from None
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-        sock.listen(LISTEN_BACKLOG)  # clients that come early wait until the server is up
-    except OSError as error:
-        sock.close()
-        raise InvalidParameterError(
-            f"cannot listen for HTTP on {host}:{port}: {error.strerror}", "http_port"
-        ) from None
-    return sock
+    deadline = time.monotonic() + PORT_BUSY_RETRY_S
+    while True:
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+            sock.listen(LISTEN_BACKLOG)  # clients that come early wait until the server is up
+            return sock
+        except OSError as error:
+            sock.close()
+            if error.errno == errno.EADDRINUSE and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            raise InvalidParameterError(
+                f"cannot listen for HTTP on {host}:{port}: {error.strerror}", "http_port"
+            ) from None

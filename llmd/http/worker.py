@@ -32,6 +32,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m llmd.http")
     parser.add_argument("--fd", type=int, required=True, help="Inherited listening socket.")
     parser.add_argument("--ready-fd", type=int, required=True, help="Pipe to report readiness.")
+    parser.add_argument(
+        "--lifeline-fd", type=int, default=None, help="Pipe: end of file = daemon died."
+    )
     parser.add_argument("--daemon-address", required=True)
     parser.add_argument("--max-body-bytes", type=int, required=True)
     parser.add_argument("--graceful-shutdown-s", type=float, required=True)
@@ -57,12 +60,23 @@ def main(argv: list[str]) -> int:
         lifespan="on",
     )
     server = uvicorn.Server(config)
-    asyncio.run(_serve(server, listener, args.ready_fd))
+    asyncio.run(_serve(server, listener, args.ready_fd, args.lifeline_fd))
     return 0
 
 
-async def _serve(server: uvicorn.Server, listener: socket.socket, ready_fd: int) -> None:
+async def _serve(
+    server: uvicorn.Server, listener: socket.socket, ready_fd: int, lifeline_fd: int | None
+) -> None:
+    loop = asyncio.get_running_loop()
     parent_pid = os.getppid()
+    daemon_gone = asyncio.Event()
+    if lifeline_fd is not None:  # end-of-file (readable) the moment the daemon dies
+        loop.add_reader(lifeline_fd, daemon_gone.set)
+
+    async def watch_parent() -> None:  # a fallback when a forked child keeps the lifeline open
+        while os.getppid() == parent_pid:
+            await asyncio.sleep(PARENT_CHECK_S)
+        daemon_gone.set()
 
     async def watch() -> None:
         while not server.started:
@@ -70,16 +84,29 @@ async def _serve(server: uvicorn.Server, listener: socket.socket, ready_fd: int)
         with contextlib.suppress(OSError):
             os.write(ready_fd, b"1")
             os.close(ready_fd)
-        while os.getppid() == parent_pid:  # re-parented: the daemon died without stopping us
-            await asyncio.sleep(PARENT_CHECK_S)
+        await daemon_gone.wait()
         logger.warning("the daemon process is gone; stopping the HTTP server")
-        server.should_exit = True
+        _stop_at_once(server)
 
-    watcher = asyncio.get_running_loop().create_task(watch())
+    tasks = [loop.create_task(watch()), loop.create_task(watch_parent())]
     try:
         await server.serve(sockets=[listener])
     finally:
-        watcher.cancel()
+        for task in tasks:
+            task.cancel()
+        if lifeline_fd is not None:
+            loop.remove_reader(lifeline_fd)
+
+
+def _stop_at_once(server: uvicorn.Server) -> None:
+    """Free the port now, so a restarted daemon can bind it; do not wait for open streams.
+
+    Their daemon is gone, and a restarted one on the same address does not know them.
+    """
+    for listening in getattr(server, "servers", []):
+        listening.close()  # uvicorn would close them only at its next 0.1 s tick
+    server.config.timeout_graceful_shutdown = 0  # cancel open responses, then end the lifespan
+    server.should_exit = True
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -55,6 +56,9 @@ class DaemonProcess:
         self.soft_nofile = soft_nofile
         """Soft RLIMIT_NOFILE the daemon starts with (None: inherit ours)."""
         self.log_path = self.runtime_dir / "daemon.log"
+        self.http_port = _free_tcp_port()
+        """The HTTP API's port, kept across restarts as a user's would be (never 8000,
+        which another daemon on this machine may hold)."""
         self.process: subprocess.Popen | None = None
         self.num_starts = 0
 
@@ -68,7 +72,8 @@ class DaemonProcess:
         """The exact `llmd serve` command line."""
         return [
             sys.executable, "-m", "llmd.cli", "serve", "--model", self.model,
-            "--address", self.address, *ENGINE_ARGS, *self.extra_args,
+            "--address", self.address, "--http-port", str(self.http_port),
+            *ENGINE_ARGS, *self.extra_args,
         ]  # fmt: skip
 
     def start(self, wait: bool = True) -> None:
@@ -197,3 +202,9 @@ def raise_own_nofile(minimum: int) -> None:
     target = minimum if hard == resource.RLIM_INFINITY else min(minimum, hard)
     if soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def _free_tcp_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
