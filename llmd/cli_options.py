@@ -50,6 +50,9 @@ ENGINE_OPTIONS = [
                  show_default=True, help="auto: triton on CUDA, cpu (C++ op) on CPU."),
     click.option("--enforce-eager", is_flag=True, default=False,
                  help="Disable CUDA graphs for decode steps."),
+    click.option("--prepack-weights/--no-prepack-weights", default=True, show_default=True,
+                 help="On CPU, pack linear weights once for oneDNN's GEMM (faster at "
+                 "decode's batch sizes)."),
     click.option("--async-scheduling/--no-async-scheduling", default=None,
                  help="Prepare the next step while the device runs this one "
                  "(default: on for CUDA, off on CPU)."),
@@ -60,6 +63,7 @@ ENGINE_KEYS = (
     "gpu_memory_utilization", "num_blocks", "max_model_len", "max_num_seqs",
     "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
     "scheduling_policy", "seed", "attention_backend", "enforce_eager", "async_scheduling",
+    "prepack_weights",
 )  # fmt: skip
 
 SAMPLING_OPTIONS = [

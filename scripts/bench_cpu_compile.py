@@ -78,7 +78,8 @@ class HandlePackedLinear(nn.Module):
         super().__init__()
         self.handle = len(_PACKED_WEIGHTS)
         self.out_features = layer.out_features
-        _PACKED_WEIGHTS.append((layer.packed_weight, layer.bias))
+        (_, _, packed_weight, bias) = layer.shards[0]  # the body's linears have one shard
+        _PACKED_WEIGHTS.append((packed_weight, bias))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return packed_linear_op(hidden, self.handle, self.out_features)

@@ -50,15 +50,16 @@ class CpuAttentionBackend(AttentionBackend):
         """Write key/value into their slots, then attend each query over its context.
 
         The op computes in float32 whatever the cache dtype; rows past the last
-        sequence's tokens (batch padding) are left uninitialised.
+        sequence's tokens (batch padding) are left uninitialised. query/key/value may be
+        views into the fused qkv output (strided tokens): the op reads them in place.
         """
         cache_dtype = k_cache.dtype
         out = torch.empty(query.shape, dtype=torch.float32)  # [num_tokens, heads, head_dim]
         self._op(
             out,
-            query.to(torch.float32).contiguous(),
-            key.to(cache_dtype).contiguous(),
-            value.to(cache_dtype).contiguous(),
+            _token_rows(query.to(torch.float32)),
+            _token_rows(key.to(cache_dtype)),
+            _token_rows(value.to(cache_dtype)),
             k_cache,
             v_cache,
             metadata.slot_mapping,
@@ -68,3 +69,11 @@ class CpuAttentionBackend(AttentionBackend):
             scale,
         )
         return out if query.dtype == torch.float32 else out.to(query.dtype)
+
+
+def _token_rows(heads: torch.Tensor) -> torch.Tensor:
+    """`heads` [tokens, heads, head_dim] as the op reads it: each token's heads contiguous,
+    any stride between tokens (a view into qkv stays a view; anything else is copied)."""
+    if heads.stride(2) == 1 and heads.stride(1) == heads.shape[2]:
+        return heads
+    return heads.contiguous()

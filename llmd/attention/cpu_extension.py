@@ -1,4 +1,6 @@
-"""Builds and loads the C++ CPU paged-attention op, once per source, compiler flags and CPU.
+"""Builds and loads llmd's C++ CPU ops, once per source, compiler flags and CPU.
+
+One extension holds the paged-attention op and the fused layer ops (RMSNorm, rotary).
 
 The op is compiled on first use with torch's cpp_extension (gcc, ninja) for the host's
 instruction set and cached in a per-user directory keyed by a hash of everything that
@@ -22,6 +24,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 SOURCE_PATH = Path(__file__).parent / "csrc" / "paged_attention.cpp"
+LAYER_OPS_PATH = Path(__file__).parent.parent / "layers" / "csrc" / "cpu_layer_ops.cpp"
+SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH)
 COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp-simd")
 """-march=native: the host's vector ISA (AVX2, AVX-512); -fopenmp-simd: honour `omp simd`."""
 
@@ -39,9 +43,10 @@ def cache_root() -> Path:
 
 
 def build_key() -> str:
-    """A hash of the source, flags, torch version and the CPU's feature flags."""
+    """A hash of the sources, flags, torch version and the CPU's feature flags."""
     digest = hashlib.sha256()
-    digest.update(SOURCE_PATH.read_bytes())
+    for path in SOURCE_PATHS:
+        digest.update(path.read_bytes())
     digest.update(" ".join(COMPILE_FLAGS).encode())
     digest.update(torch.__version__.encode())
     digest.update(_cpu_flags().encode())
@@ -59,9 +64,17 @@ def _cpu_flags() -> str:
     return ""
 
 
-@functools.cache
 def load_paged_attention_op():
     """Return torch.ops.llmd_cpu.paged_attention, building it first if no cached build fits.
+
+    Raises CpuExtensionUnavailableError with the reason when building is impossible.
+    """
+    return load_cpu_ops().paged_attention
+
+
+@functools.cache
+def load_cpu_ops():
+    """Return the torch.ops.llmd_cpu namespace, building the extension if no cached build fits.
 
     Raises CpuExtensionUnavailableError with the reason when building is impossible.
     """
@@ -80,7 +93,7 @@ def load_paged_attention_op():
         start = time.perf_counter()
         load(
             name=f"llmd_cpu_attention_{key}",
-            sources=[str(SOURCE_PATH)],
+            sources=[str(path) for path in SOURCE_PATHS],
             extra_cflags=list(COMPILE_FLAGS),
             build_directory=str(build_dir),
             is_python_module=False,
@@ -91,4 +104,4 @@ def load_paged_attention_op():
             logger.info("built the CPU paged-attention op in %.1f s (%s)", elapsed, build_dir)
     except Exception as error:  # compiler errors, missing headers, unwritable cache
         raise CpuExtensionUnavailableError(f"{type(error).__name__}: {error}") from error
-    return torch.ops.llmd_cpu.paged_attention
+    return torch.ops.llmd_cpu

@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in llmd")
     parser.add_argument(
-        "--prepack-weights", action="store_true",
+        "--prepack-weights", action=argparse.BooleanOptionalAction, default=True,
         help="llmd on CPU runs oneDNN's GEMM on weights packed at load (prepack_weights)",
     )  # fmt: skip
     parser.add_argument("--max-model-len", type=int, default=None)

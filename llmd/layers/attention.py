@@ -2,13 +2,15 @@
 
 Every supported architecture shares this block; the differences (qkv bias, per-head q/k
 RMSNorm, explicit head_dim) are constructor flags, and the paged-cache work is delegated to
-whichever AttentionBackend the runner chose. With Triton layer kernels, q and k are rotated
-in place by one kernel launch instead of several torch temporaries.
+whichever AttentionBackend the runner chose. With Triton layer kernels (or the C++ CPU
+ops, in float32), q and k are rotated in place by one call instead of several torch
+temporaries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -50,14 +52,20 @@ class PagedSelfAttention(nn.Module):
             self.k_norm = RMSNorm(head_dim, qk_norm_eps)
         self.kernel_config = KernelConfig()
         self._triton_rotary: Callable | None = None
+        self._cpu_ops: Any = None
 
     def use_kernel_config(self, config: KernelConfig) -> None:
-        """Rotate with llmd.kernels.rotary when `config` selects Triton kernels.
+        """Rotate with llmd.kernels.rotary when `config` selects Triton kernels, with the
+        C++ rotary op when it selects the CPU ops.
 
         The q/k norms are layers of their own and receive the config separately.
         """
         self.kernel_config = config
-        self._triton_rotary = None
+        self._triton_rotary = self._cpu_ops = None
+        if config.use_cpu_ops:
+            from llmd.attention.cpu_extension import load_cpu_ops
+
+            self._cpu_ops = load_cpu_ops()
         if config.use_triton:
             from llmd.kernels.rotary import rotary_embedding
 
@@ -78,6 +86,8 @@ class PagedSelfAttention(nn.Module):
         qkv = qkv.view(num_tokens, num_qk_heads + self.num_kv_heads, self.head_dim)
         if self._triton_rotary is not None:
             query, key = self._rotate_with_kernel(qkv, cos, sin)
+        elif self._cpu_ops is not None and qkv.dtype == torch.float32 == cos.dtype:
+            query, key = self._rotate_with_cpu_op(qkv, cos, sin)
         elif self.has_qk_norm:
             query = self.q_norm(qkv[:, : self.num_heads])  # [num_tokens, num_heads, head_dim]
             key = self.k_norm(qkv[:, self.num_heads : num_qk_heads])
@@ -91,6 +101,28 @@ class PagedSelfAttention(nn.Module):
         k_cache, v_cache = kv_cache
         out = self.backend.forward(query, key, value, k_cache, v_cache, metadata, self.scale)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
+
+    def _rotate_with_cpu_op(
+        self,
+        qkv: torch.Tensor,  # [num_tokens, num_heads + 2 * num_kv_heads, head_dim], float32
+        cos: torch.Tensor,  # [num_tokens, 1, head_dim // 2]
+        sin: torch.Tensor,  # [num_tokens, 1, head_dim // 2]
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # query, key
+        """(Norm and) rotate q and k in place with the C++ op (views of qkv without q/k norm)."""
+        num_tokens = qkv.shape[0]
+        cos_rows = cos.reshape(num_tokens, -1)  # [num_tokens, head_dim // 2]
+        sin_rows = sin.reshape(num_tokens, -1)
+        num_qk_heads = self.num_heads + self.num_kv_heads
+        if not self.has_qk_norm:
+            query_key = qkv[:, :num_qk_heads]  # [num_tokens, num_qk_heads, head_dim], strided
+            self._cpu_ops.rotary_embedding(query_key, cos_rows, sin_rows)
+            query, key = query_key.split((self.num_heads, self.num_kv_heads), dim=1)
+            return query, key
+        query = self.q_norm(qkv[:, : self.num_heads])  # [num_tokens, num_heads, head_dim]
+        key = self.k_norm(qkv[:, self.num_heads : num_qk_heads])
+        self._cpu_ops.rotary_embedding(query, cos_rows, sin_rows)
+        self._cpu_ops.rotary_embedding(key, cos_rows, sin_rows)
+        return query, key
 
     def _rotate_with_kernel(
         self,

@@ -1,4 +1,4 @@
-"""Which implementation the layers run: plain torch ops or llmd's fused Triton kernels.
+"""Which implementation the layers run: plain torch ops, llmd's Triton kernels or C++ ops.
 
 Model code is the same for every backend: the runner decides once, after building the
 model, and hands the choice to each layer instance, so no global or class state changes.
@@ -22,11 +22,18 @@ class KernelConfig:
 
     use_triton: bool = False
     """Fused Triton kernels for RMSNorm (with residual add), rotary and SiLU-and-mul."""
+    use_cpu_ops: bool = False
+    """Fused C++ ops (llmd/layers/csrc) for float32 RMSNorm (with residual add) and rotary
+    on the CPU; other dtypes and shapes keep the torch ops."""
 
     @classmethod
     def for_backend(cls, attention_backend: str, device: torch.device) -> KernelConfig:
-        """Triton layer kernels exactly when attention runs on the Triton backend on CUDA."""
-        return cls(use_triton=attention_backend == "triton" and device.type == "cuda")
+        """Triton kernels with the Triton backend on CUDA; C++ ops with the C++ CPU backend
+        (which exists only where the extension was built)."""
+        return cls(
+            use_triton=attention_backend == "triton" and device.type == "cuda",
+            use_cpu_ops=attention_backend == "cpu" and device.type == "cpu",
+        )
 
 
 @runtime_checkable

@@ -1,13 +1,15 @@
-"""RMSNorm with an optional fused residual add, in torch or as one Triton kernel.
+"""RMSNorm with an optional fused residual add, in torch, as one Triton kernel or C++ op.
 
 Every supported architecture normalizes twice per layer right after a residual add, so
 fusing the add into the norm call keeps the decoder loop short and matches HF's order; on
-CUDA the fused kernel also saves a full read and write of the hidden states.
+CUDA the fused kernel also saves a full read and write of the hidden states, and on the
+CPU the C++ op replaces six small ATen ops (each of which wakes the OpenMP team).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,16 +27,22 @@ class RMSNorm(nn.Module):
         self.kernel_config = KernelConfig()
         self._triton_rms_norm: Callable | None = None
         self._triton_fused_add_rms_norm: Callable | None = None
+        self._cpu_ops: Any = None
 
     def use_kernel_config(self, config: KernelConfig) -> None:
-        """Switch between the torch ops and the Triton kernels (llmd.kernels.rmsnorm)."""
+        """Switch between the torch ops, the Triton kernels (llmd.kernels.rmsnorm) and the
+        C++ CPU ops (llmd/layers/csrc)."""
         self.kernel_config = config
-        self._triton_rms_norm = self._triton_fused_add_rms_norm = None
+        self._triton_rms_norm = self._triton_fused_add_rms_norm = self._cpu_ops = None
         if config.use_triton:
             from llmd.kernels.rmsnorm import fused_add_rms_norm, rms_norm
 
             self._triton_rms_norm = rms_norm
             self._triton_fused_add_rms_norm = fused_add_rms_norm
+        if config.use_cpu_ops:
+            from llmd.attention.cpu_extension import load_cpu_ops
+
+            self._cpu_ops = load_cpu_ops()
 
     def forward(
         self,
@@ -46,6 +54,8 @@ class RMSNorm(nn.Module):
             if residual is None:
                 return self._triton_rms_norm(hidden, self.weight, self.eps)
             return self._triton_fused_add_rms_norm(hidden, residual, self.weight, self.eps)
+        if self._cpu_ops is not None and _is_float32_rows(hidden, self.weight):
+            return self._cpu_forward(hidden, residual)
         if residual is not None:
             hidden = hidden + residual
             residual = hidden
@@ -53,6 +63,19 @@ class RMSNorm(nn.Module):
         if residual is None:
             return normed
         return normed, residual
+
+    def _cpu_forward(
+        self, hidden: torch.Tensor, residual: torch.Tensor | None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The C++ op; with `residual`, `hidden` (a temporary) is overwritten by the result."""
+        if residual is None:
+            normed = torch.empty_like(hidden)  # [num_tokens, hidden_size]
+            self._cpu_ops.rms_norm(normed, hidden, self.weight, self.eps)
+            return normed
+        if not _is_float32_rows(residual, self.weight):
+            residual = residual.contiguous()  # the op writes the sum into it
+        self._cpu_ops.fused_add_rms_norm(hidden, residual, self.weight, self.eps)
+        return hidden, residual
 
     def _normalize(self, hidden: torch.Tensor) -> torch.Tensor:
         if hidden.dtype == torch.float32:
@@ -62,3 +85,13 @@ class RMSNorm(nn.Module):
         variance = hidden_fp32.pow(2).mean(-1, keepdim=True)
         normed = (hidden_fp32 * torch.rsqrt(variance + self.eps)).to(hidden.dtype)
         return self.weight * normed
+
+
+def _is_float32_rows(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the C++ op takes `hidden`: float32 [rows, hidden] with contiguous rows."""
+    return (
+        hidden.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and hidden.dim() == 2
+        and hidden.stride(-1) == 1
+    )

@@ -19,7 +19,7 @@ from llmd.attention.backend import create_attention_backend
 from llmd.config import EngineConfig
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.layers.kernel_config import KernelConfig, configure_kernels
-from llmd.layers.packed_linear import pack_linear_layers
+from llmd.layers.packed_linear import pack_linear_layers, warm_up_packed_linears
 from llmd.models.loader import load_model, model_shape
 from llmd.runner.cuda_graphs import (
     DecodeGraphRunner,
@@ -84,6 +84,7 @@ class ModelRunner:
         self.num_packed_linears = 0
         if self.device.type == "cpu" and config.prepack_weights:
             self.num_packed_linears = pack_linear_layers(self.model)
+            warm_up_packed_linears(self.model)  # oneDNN's caches fill now, not while serving
         self.block_size = config.block_size
         self.bytes_per_block = kv_bytes_per_block(
             self.shape.num_layers,

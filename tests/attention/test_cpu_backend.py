@@ -107,6 +107,25 @@ def test_threads_share_uneven_work(backend):
     torch.testing.assert_close(threaded, single, atol=0, rtol=0)
 
 
+def test_views_into_qkv_are_read_in_place_and_other_layouts_are_copied(backend):
+    """q/k/v views of the fused projection (strided tokens) and head-scattered copies give
+    the contiguous inputs' result exactly; the raw op refuses scattered heads by name."""
+    metadata, query, key, value, k_cache, v_cache = make_case("mixed", 16, 9, 3, 64, torch.float32)
+    assert query.stride(0) == (9 + 2 * 3) * 64  # make_case's q/k/v are views into qkv
+    k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
+    want = backend.forward(query.contiguous(), key.contiguous(), value.contiguous(),
+                           k_cpu.clone(), v_cpu.clone(), metadata, 0.125)  # fmt: skip
+    in_place = backend.forward(query, key, value, k_cpu.clone(), v_cpu.clone(), metadata, 0.125)
+    scattered = query.permute(2, 0, 1).contiguous().permute(1, 2, 0)  # head_dim stride != 1
+    copied = backend.forward(scattered, key, value, k_cpu.clone(), v_cpu.clone(), metadata, 0.125)
+    torch.testing.assert_close(in_place, want, atol=0, rtol=0)
+    torch.testing.assert_close(copied, want, atol=0, rtol=0)
+    with pytest.raises(RuntimeError, match="contiguous heads"):
+        backend._op(torch.empty(query.shape), scattered, key, value, k_cpu, v_cpu,
+                    metadata.slot_mapping, metadata.block_tables, metadata.query_start_loc,
+                    metadata.seq_lens, 0.125)  # fmt: skip
+
+
 def test_slot_outside_cache_is_rejected(backend):
     metadata, query, key, value, k_cache, v_cache = make_case("decodes", 4, 4, 4, 16, torch.float32)
     k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
@@ -123,11 +142,7 @@ def test_build_failure_falls_back_to_torch_with_one_warning(monkeypatch, caplog)
     from llmd.attention import cpu_extension
 
     monkeypatch.setenv("CXX", "no-such-compiler-llmd")
-    monkeypatch.setattr(
-        cpu_extension, "load_paged_attention_op", cpu_extension.load_paged_attention_op.__wrapped__
-    )
-    monkeypatch.setattr("llmd.attention.cpu_backend.load_paged_attention_op",
-                        cpu_extension.load_paged_attention_op)  # fmt: skip
+    monkeypatch.setattr(cpu_extension, "load_cpu_ops", cpu_extension.load_cpu_ops.__wrapped__)
     with caplog.at_level("WARNING"):
         backend = create_attention_backend("cpu", torch.device("cpu"))
     assert backend.name == "torch"

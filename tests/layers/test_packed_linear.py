@@ -93,3 +93,47 @@ def test_packed_and_plain_engines_generate_the_same_greedy_tokens(tiny_model_dir
         llm = LLM(str(tiny_model_dir), device="cpu", num_blocks=32, prepack_weights=prepack)
         outputs.append([output.token_ids for output in llm.generate(prompts, params)])
     assert outputs[0] == outputs[1]
+
+
+def test_row_buckets_cover_every_row_count_with_bounded_padding():
+    buckets = packed_linear.row_buckets()
+    assert len(buckets) == 22 and buckets[-2:] == [256, 512]
+    for num_rows in range(1, packed_linear.ROW_CHUNK + 1):
+        bucket = packed_linear.padded_rows(num_rows)
+        assert bucket in buckets and num_rows <= bucket
+        assert bucket - num_rows <= (0 if num_rows <= 8 else 7 if num_rows <= 64 else 31)
+    with pytest.raises(ValueError):
+        packed_linear.padded_rows(packed_linear.ROW_CHUNK + 1)
+
+
+@requires_packing
+@pytest.mark.parametrize("num_rows", [1, 9, 63, 65, 255, 256, 257, 511, 512, 513, 1100])
+def test_padded_chunked_and_sharded_gemms_match_the_plain_layer(monkeypatch, num_rows):
+    """Rows past a bucket edge, past a chunk, and a weight split into uneven column shards."""
+    monkeypatch.setattr(packed_linear, "MAX_SHARD_COLUMNS", 32)
+    torch.manual_seed(num_rows)
+    linear = nn.Linear(40, 75, bias=True)  # shards of 32, 32 and 11 columns
+    hidden = torch.randn(num_rows, 40)
+    expected = linear(hidden)
+    model = nn.Sequential(linear)
+    pack_linear_layers(model)
+    assert len(model[0].shards) == 3
+    assert model[0].shard_shapes() == {(40, 32, True), (40, 11, True)}
+    got = model(hidden)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@requires_packing
+def test_warm_up_builds_each_distinct_shard_shape_once(monkeypatch):
+    monkeypatch.setattr(packed_linear, "MAX_SHARD_COLUMNS", 64)
+    model = nn.Sequential(nn.Linear(16, 64), nn.Linear(16, 64), nn.Linear(64, 16, bias=False))
+    model.append(nn.Linear(16, 150, bias=False))  # shards of 64, 64 and 22
+    pack_linear_layers(model)
+    calls = []
+    real = packed_linear._packed_gemm
+    monkeypatch.setattr(
+        packed_linear, "_packed_gemm", lambda x, w, b: calls.append(x.shape[0]) or real(x, w, b)
+    )
+    assert packed_linear.warm_up_packed_linears(model) == 4  # (16,64,b) (64,16) (16,64) (16,22)
+    assert sorted(calls) == sorted(packed_linear.row_buckets() * 4)

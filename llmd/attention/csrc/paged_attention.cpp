@@ -121,6 +121,7 @@ struct WorkItem {
 struct Shapes {
   int64_t num_heads, num_kv_heads, group_size, head_dim, block_size, max_blocks;
   int64_t table_stride;  // elements between two sequences' block-table rows
+  int64_t q_token_stride, k_token_stride, v_token_stride;  // elements between two tokens
 };
 
 // scores[j, 0:16] = q_j . K[:, t] for NQ queries over one 16-token block of transposed keys
@@ -215,7 +216,7 @@ void attend_item(const WorkItem& item, const Shapes& s, const float* query, floa
   for (int64_t r = 0; r < item.num_rows; ++r) {
     for (int64_t g = 0; g < s.group_size; ++g) {
       const int64_t head = item.kv_head * s.group_size + g;
-      const float* src = query + ((item.row_begin + r) * s.num_heads + head) * head_dim;
+      const float* src = query + (item.row_begin + r) * s.q_token_stride + head * head_dim;
       float* dst = q + (r * s.group_size + g) * head_dim;
       for (int64_t d = 0; d < head_dim; ++d) dst[d] = src[d] * scale;
     }
@@ -278,7 +279,6 @@ void store_kv(const at::Tensor& key, const at::Tensor& value, const at::Tensor& 
   T* k_dst = k_cache.data_ptr<T>();
   T* v_dst = v_cache.data_ptr<T>();
   const int64_t* slots = slot_mapping.data_ptr<int64_t>();
-  const int64_t kv_size = s.num_kv_heads * s.head_dim;
   const int64_t num_slots = k_cache.size(0) * s.block_size;
   for (int64_t token = 0; token < slot_mapping.size(0); ++token) {
     const int64_t slot = slots[token];
@@ -287,8 +287,8 @@ void store_kv(const at::Tensor& key, const at::Tensor& value, const at::Tensor& 
     const int64_t block_id = slot / s.block_size, offset = slot % s.block_size;
     for (int64_t h = 0; h < s.num_kv_heads; ++h) {
       const int64_t base = (block_id * s.num_kv_heads + h) * s.head_dim * s.block_size;
-      const T* k_row = k_src + token * kv_size + h * s.head_dim;
-      const T* v_row = v_src + token * kv_size + h * s.head_dim;
+      const T* k_row = k_src + token * s.k_token_stride + h * s.head_dim;
+      const T* v_row = v_src + token * s.v_token_stride + h * s.head_dim;
       for (int64_t d = 0; d < s.head_dim; ++d) {
         k_dst[base + d * s.block_size + offset] = k_row[d];
         v_dst[base + offset * s.head_dim + d] = v_row[d];
@@ -343,11 +343,16 @@ void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tenso
                   key.scalar_type() == k_cache.scalar_type() &&
                   value.scalar_type() == k_cache.scalar_type(),
               "key, value and both caches must share one dtype");
-  TORCH_CHECK(query.is_contiguous() && out.is_contiguous() && key.is_contiguous() &&
-                  value.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous() &&
+  TORCH_CHECK(out.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous() &&
                   slot_mapping.is_contiguous() && seq_lens.is_contiguous() &&
                   query_start_loc.is_contiguous() && block_tables.stride(1) == 1,
               "tensors must be contiguous (block_tables: rows of contiguous ids)");
+  // query/key/value may be views into the fused qkv projection: any stride between tokens,
+  // but each token's heads must lie contiguously.
+  for (const at::Tensor* t : {&query, &key, &value}) {
+    TORCH_CHECK(t->dim() == 3 && t->stride(2) == 1 && t->stride(1) == t->size(2),
+                "query, key and value must be [tokens, heads, head_dim] with contiguous heads");
+  }
   TORCH_CHECK(block_tables.scalar_type() == at::kInt && seq_lens.scalar_type() == at::kInt &&
                   query_start_loc.scalar_type() == at::kInt &&
                   slot_mapping.scalar_type() == at::kLong,
@@ -360,6 +365,9 @@ void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tenso
   s.group_size = s.num_heads / s.num_kv_heads;
   s.max_blocks = block_tables.size(1);
   s.table_stride = block_tables.stride(0);
+  s.q_token_stride = query.stride(0);
+  s.k_token_stride = key.stride(0);
+  s.v_token_stride = value.stride(0);
   TORCH_CHECK(query_start_loc.size(0) == seq_lens.size(0) + 1 &&
                   block_tables.size(0) >= seq_lens.size(0),
               "need num_seqs + 1 query starts and a block-table row per sequence");
