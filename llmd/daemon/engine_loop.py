@@ -215,14 +215,18 @@ class EngineLoop:
             request = engine.finish_request(command.request_id, command.reason, command.stop_reason)
             self._ended(request, batch)
         elif isinstance(command, SnapshotCommand):
-            state = collect_engine_state(
-                engine,
-                self._recent,
-                command.include_requests,
-                command.include_block_map,
-                command.timeline_request_ids,
-                command.max_requests,
-            )
+            try:
+                state = collect_engine_state(
+                    engine,
+                    self._recent,
+                    command.include_requests,
+                    command.include_block_map,
+                    command.timeline_request_ids,
+                    command.max_requests,
+                )
+            except Exception:  # reading changes nothing: serve on, answer without our part
+                logger.exception("collecting the engine's stats failed")
+                state = {}
             command.on_ready(state)
         else:
             raise TypeError(f"unknown engine command {command!r}")

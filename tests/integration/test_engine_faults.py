@@ -10,7 +10,7 @@ import queue
 import pytest
 
 from llmd.config import EngineConfig
-from llmd.daemon.engine_loop import AddCommand, EngineLoop
+from llmd.daemon.engine_loop import AddCommand, EngineLoop, SnapshotCommand
 from llmd.engine.request import Request
 from llmd.errors import KVCacheIntegrityError
 from llmd.llm_engine import LLMEngine
@@ -99,5 +99,31 @@ def test_stalled_queue_head_fails_with_a_typed_error_and_the_loop_serves_on(engi
         assert finished["after"].num_output_tokens == 2  # the queue behind it moved on
         assert loop.is_alive and not deaths
         assert engine.num_integrity_errors == 1  # the leak was found and repaired at idle
+    finally:
+        loop.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_stats_collection_is_answered_and_the_loop_serves_on(engine, monkeypatch):
+    """A bug in reading the engine's state must not end the engine thread (fail-stop is for
+    bugs that may have corrupted it); the snapshot is answered without the engine's part."""
+    from llmd.daemon import engine_loop
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug in collect_engine_state")
+
+    monkeypatch.setattr(engine_loop, "collect_engine_state", broken)
+    batches: queue.SimpleQueue = queue.SimpleQueue()
+    deaths: list[str] = []
+    snapshots: queue.SimpleQueue = queue.SimpleQueue()
+    loop = EngineLoop(engine, ServingMetrics(), batches.put, deaths.append)
+    loop.start()
+    try:
+        loop.submit(SnapshotCommand(snapshots.put))
+        assert snapshots.get(timeout=30) == {}
+        loop.submit(AddCommand("after", [5, 6, 7], GREEDY_2, 0, 0.0))
+        while not any(u.is_finished for u in batches.get(timeout=30).updates):
+            pass
+        assert loop.is_alive and not deaths and loop.dead_error is None
     finally:
         loop.stop()
