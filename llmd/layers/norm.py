@@ -49,12 +49,18 @@ class RMSNorm(nn.Module):
         hidden: torch.Tensor,  # [num_tokens, ..., hidden_size]
         residual: torch.Tensor | None = None,  # [num_tokens, hidden_size]
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Normalize `hidden`; with `residual`, first add it and also return the sum."""
+        """Normalize `hidden`; with `residual`, first add it and also return the sum.
+
+        With a residual, the C++ CPU path reuses `hidden` and `residual` for its results:
+        callers must not read them afterwards (the decoder layers never do).
+        """
         if self._triton_rms_norm is not None:
             if residual is None:
                 return self._triton_rms_norm(hidden, self.weight, self.eps)
             return self._triton_fused_add_rms_norm(hidden, residual, self.weight, self.eps)
-        if self._cpu_ops is not None and _is_float32_rows(hidden, self.weight):
+        if self._cpu_ops is not None and all(
+            _is_float32_rows(t, self.weight) for t in (hidden, residual) if t is not None
+        ):
             return self._cpu_forward(hidden, residual)
         if residual is not None:
             hidden = hidden + residual
@@ -67,13 +73,13 @@ class RMSNorm(nn.Module):
     def _cpu_forward(
         self, hidden: torch.Tensor, residual: torch.Tensor | None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """The C++ op; with `residual`, `hidden` (a temporary) is overwritten by the result."""
+        """The C++ op. With `residual` it works in place: the sum overwrites `residual` and
+        the normed rows overwrite `hidden` (the decoder passes temporaries it never reads
+        again), which saves two [num_tokens, hidden_size] allocations per call."""
         if residual is None:
             normed = torch.empty_like(hidden)  # [num_tokens, hidden_size]
             self._cpu_ops.rms_norm(normed, hidden, self.weight, self.eps)
             return normed
-        if not _is_float32_rows(residual, self.weight):
-            residual = residual.contiguous()  # the op writes the sum into it
         self._cpu_ops.fused_add_rms_norm(hidden, residual, self.weight, self.eps)
         return hidden, residual
 

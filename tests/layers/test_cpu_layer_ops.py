@@ -98,3 +98,15 @@ def test_rms_norm_layer_uses_the_op_for_float32_rows_and_torch_otherwise(ops, dt
     torch.testing.assert_close(got_normed, want_normed, rtol=1e-6, atol=1e-6)
     heads = torch.randn(6, 4, 48, dtype=dtype)  # 3-D (q/k norm): always the torch ops
     torch.testing.assert_close(fused(heads), plain(heads), rtol=0, atol=0)
+
+
+def test_rms_norm_layer_keeps_torch_ops_for_a_residual_it_cannot_take(ops):
+    """float32 rows with a column-strided residual: the torch path, inputs left unchanged."""
+    norm = RMSNorm(8, 1e-6)
+    norm.use_kernel_config(KernelConfig(use_cpu_ops=True))
+    hidden, residual = torch.randn(4, 8), torch.randn(8, 4).t()  # residual.stride(-1) == 4
+    before = (hidden.clone(), residual.clone())
+    normed, summed = norm(hidden, residual)
+    assert torch.equal(hidden, before[0]) and torch.equal(residual, before[1])
+    assert torch.equal(summed, hidden + residual)
+    assert torch.equal(normed, F.rms_norm(hidden + residual, (8,), norm.weight, 1e-6))
