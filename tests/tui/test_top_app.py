@@ -118,6 +118,21 @@ def unwrapped(text: str) -> str:
     return " ".join(text.split())
 
 
+async def test_the_hidden_panels_note_follows_every_resize():
+    app, client, _ = make_app()
+    note = "hidden: 3 Prefill/decode, 6 Efficiency, 8 Timeline (press 3/6/8)"
+    async with app.run_test(size=(200, 50)) as pilot:
+        await deliver(pilot, client, range(len(WAITING)))
+        for width, height in [(80, 24), (200, 50), (100, 30), (120, 40), (80, 24)]:
+            await pilot.resize_terminal(width, height)
+            await wait_for(pilot, lambda width=width: app.screen.size.width == width)
+            await pilot.pause()
+            await pilot.pause()
+            text = unwrapped(screen_text(app))
+            assert (note in text) == (width < 120), (width, height, text)
+            assert ("hidden:" in text) == (width < 120), (width, height)
+
+
 async def test_every_panel_is_reachable_at_80x24_by_its_number():
     app, client, _ = make_app()
     async with app.run_test(size=(80, 24)) as pilot:

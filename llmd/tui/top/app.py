@@ -38,6 +38,8 @@ TICK_SLACK_S = 0.1
 """Timer jitter allowed when deciding whether a tick or a slow panel is due."""
 SLOW_REDRAW_S = 1.0
 """Slow panels (latency window, efficiency, block map, timeline) redraw at most this often."""
+WIDE_COLUMNS = 120
+"""Narrower terminals hide the panels of class `optional` (top.tcss's -narrow rules)."""
 
 
 class TopApp(App):
@@ -45,7 +47,10 @@ class TopApp(App):
 
     CSS_PATH = "top.tcss"
     TITLE = "llmd top"
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (120, "-wide")]
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [
+        (0, "-narrow"),
+        (WIDE_COLUMNS, "-wide"),
+    ]
     VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (36, "-tall")]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
@@ -98,6 +103,11 @@ class TopApp(App):
     def on_mount(self) -> None:
         for number, panel in enumerate(self.zoomable_panels(), start=1):
             panel.border_title = f"{number} {panel.TITLE}"
+        # The App's own Resize handler misses resizes (Textual stops the event and forwards
+        # it to the screen later); every resize lays the screen out again, so note there.
+        self.screen.screen_layout_refresh_signal.subscribe(
+            self, lambda _screen: self._note_hidden_panels()
+        )
         self.redraw()
         self.run_worker(self.feed.run(), group="feed", exclusive=True)
         self.set_interval(CLOCK_TICK_S, self._on_clock_tick)
@@ -118,16 +128,19 @@ class TopApp(App):
         """The panels in key order (1-9): all but the header."""
         return [panel for panel in self.query(Panel) if panel.id != "header"]
 
-    def on_resize(self) -> None:
-        self.call_after_refresh(self._note_hidden_panels)
-
     def _note_hidden_panels(self) -> None:
-        """Name the panels this size hides (and their keys) in the hints panel's title."""
+        """Name the panels this size hides (and their keys) in the hints panel's title.
+
+        Decided from the terminal's width, not the panels' computed styles: those follow a
+        resize only after the screen's breakpoint classes and CSS catch up, which left a
+        stale title behind.
+        """
         panels = self.zoomable_panels()
+        is_narrow = self.size.width < WIDE_COLUMNS
         hidden = [
             (number, panel.TITLE)
             for number, panel in enumerate(panels, start=1)
-            if not panel.display and not self.screen.has_class("-zoomed")
+            if is_narrow and panel.has_class("optional") and not self.screen.has_class("-zoomed")
         ]
         hints = self.query_one(HintsPanel)
         title = f"{panels.index(hints) + 1} {hints.TITLE}"
@@ -135,7 +148,8 @@ class TopApp(App):
             names = ", ".join(f"{number} {name}" for number, name in hidden)
             keys = "/".join(str(number) for number, _ in hidden)
             title += f" · hidden: {names} (press {keys})"
-        hints.border_title = title
+        if hints.border_title != title:
+            hints.border_title = title
 
     # ------------------------------------------------------------------ zoom
 
@@ -159,7 +173,7 @@ class TopApp(App):
         for row in self.query(".row"):
             row.set_class(any(index == number for index, panel in enumerate(panels, start=1)
                               if panel.parent is row), "zoom-row")  # fmt: skip
-        self.call_after_refresh(self._note_hidden_panels)
+        self._note_hidden_panels()
 
     def _on_clock_tick(self) -> None:
         if time.monotonic() - self.last_redraw_at >= CLOCK_TICK_S - TICK_SLACK_S:
