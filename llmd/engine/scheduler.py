@@ -301,7 +301,7 @@ class Scheduler:
     @property
     def num_preempted_waiting(self) -> int:
         """Waiting requests that were preempted and await recomputation."""
-        return sum(1 for r in self.waiting if r.status is RequestStatus.PREEMPTED)
+        return self.waiting.num_preempted
 
     def live_requests(self) -> Iterable[Request]:
         """Every request not yet finished."""

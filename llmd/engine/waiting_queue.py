@@ -1,7 +1,9 @@
 """Queues of requests waiting for admission, in FCFS or priority order.
 
 Preempted requests must resume before newer arrivals, so both queues can put a request
-back at the front of its order without rescanning the queue.
+back at the front of its order without rescanning the queue. Removal (an abort) is O(1)
+too: it forgets the request's entry, which is skipped when it reaches the head, so a
+client aborting thousands of queued requests cannot stall the engine thread.
 """
 
 from __future__ import annotations
@@ -9,82 +11,151 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from llmd.engine.request import Request
+from llmd.engine.request import Request, RequestStatus
+
+COMPACT_MIN_STALE = 64
+"""Stale (removed) entries are swept out once there are this many and more than live ones,
+so memory stays proportional to the live queue whatever the abort pattern (amortised O(1))."""
 
 
-class FcfsQueue:
+class _LazyQueue:
+    """Live-entry bookkeeping shared by both orders: request id -> the token of its entry.
+
+    An entry whose token no longer matches (the request was removed, or pushed again) is
+    stale. Also counts the preempted requests waiting, for stats, without a scan.
+    """
+
+    def __init__(self) -> None:
+        self._tokens = itertools.count()
+        self._live: dict[str, int] = {}
+        self._num_stale = 0
+        self.num_preempted = 0
+        """Live entries whose request was preempted (status PREEMPTED when pushed)."""
+        self._preempted_ids: set[str] = set()
+
+    def _new_token(self, request: Request) -> int:
+        if request.request_id in self._live:
+            self._forget(request.request_id)
+        token = next(self._tokens)
+        self._live[request.request_id] = token
+        if request.status is RequestStatus.PREEMPTED:
+            self._preempted_ids.add(request.request_id)
+            self.num_preempted += 1
+        return token
+
+    def _forget(self, request_id: str) -> None:
+        del self._live[request_id]
+        self._num_stale += 1
+        if request_id in self._preempted_ids:
+            self._preempted_ids.discard(request_id)
+            self.num_preempted -= 1
+
+    def _is_live(self, token: int, request: Request) -> bool:
+        return self._live.get(request.request_id) == token
+
+    def _should_compact(self) -> bool:
+        return self._num_stale >= COMPACT_MIN_STALE and self._num_stale > len(self._live)
+
+    def remove(self, request: Request) -> None:
+        """Drop a waiting request (O(1)); ValueError if it is not waiting here."""
+        if request.request_id not in self._live:
+            raise ValueError(f"{request.request_id} is not waiting")
+        self._forget(request.request_id)
+        if self._should_compact():
+            self._compact()
+
+    def _compact(self) -> None:
+        raise NotImplementedError
+
+    def _take(self, request: Request) -> Request:
+        """Bookkeeping for a popped live entry."""
+        del self._live[request.request_id]
+        if request.request_id in self._preempted_ids:
+            self._preempted_ids.discard(request.request_id)
+            self.num_preempted -= 1
+        return request
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+
+class FcfsQueue(_LazyQueue):
     """Arrival order; preempted requests go back to the front."""
 
     def __init__(self) -> None:
-        self._queue: deque[Request] = deque()
+        super().__init__()
+        self._queue: deque[tuple[int, Request]] = deque()
 
     def push(self, request: Request) -> None:
-        self._queue.append(request)
+        self._queue.append((self._new_token(request), request))
 
     def push_front(self, request: Request) -> None:
-        self._queue.appendleft(request)
+        self._queue.appendleft((self._new_token(request), request))
+
+    def _drop_stale_head(self) -> None:
+        while self._queue and not self._is_live(*self._queue[0]):
+            self._queue.popleft()
+            self._num_stale -= 1
 
     def peek(self) -> Request:
-        return self._queue[0]
+        self._drop_stale_head()
+        return self._queue[0][1]
 
     def pop(self) -> Request:
-        return self._queue.popleft()
+        self._drop_stale_head()
+        return self._take(self._queue.popleft()[1])
 
-    def remove(self, request: Request) -> None:
-        self._queue.remove(request)
-
-    def __len__(self) -> int:
-        return len(self._queue)
+    def _compact(self) -> None:
+        self._queue = deque(entry for entry in self._queue if self._is_live(*entry))
+        self._num_stale = 0
 
     def __iter__(self) -> Iterator[Request]:
-        return iter(self._queue)
+        return _live_requests(self, self._queue)
 
 
-class PriorityQueue:
-    """Lowest `priority` first, then earliest arrival; removed entries are skipped lazily."""
+class PriorityQueue(_LazyQueue):
+    """Lowest `priority` first, then earliest arrival."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._heap: list[tuple[int, float, int, Request]] = []
-        self._counter = itertools.count()
-        self._removed: set[int] = set()
-        self._size = 0
 
     def push(self, request: Request) -> None:
-        entry = (request.priority, request.times.arrival, next(self._counter), request)
+        entry = (request.priority, request.times.arrival, self._new_token(request), request)
         heapq.heappush(self._heap, entry)
-        self._size += 1
 
     def push_front(self, request: Request) -> None:
         # The (priority, arrival) key already ranks a preempted request ahead of newer ones.
         self.push(request)
 
-    def _drop_removed(self) -> None:
-        while self._heap and id(self._heap[0][3]) in self._removed:
-            self._removed.discard(id(heapq.heappop(self._heap)[3]))
+    def _drop_stale_head(self) -> None:
+        while self._heap and not self._is_live(self._heap[0][2], self._heap[0][3]):
+            heapq.heappop(self._heap)
+            self._num_stale -= 1
 
     def peek(self) -> Request:
-        self._drop_removed()
+        self._drop_stale_head()
         return self._heap[0][3]
 
     def pop(self) -> Request:
-        self._drop_removed()
-        self._size -= 1
-        return heapq.heappop(self._heap)[3]
+        self._drop_stale_head()
+        return self._take(heapq.heappop(self._heap)[3])
 
-    def remove(self, request: Request) -> None:
-        if not any(entry[3] is request for entry in self._heap):
-            raise ValueError(f"{request.request_id} is not waiting")
-        self._removed.add(id(request))
-        self._size -= 1
-
-    def __len__(self) -> int:
-        return self._size
+    def _compact(self) -> None:
+        self._heap = [entry for entry in self._heap if self._is_live(entry[2], entry[3])]
+        heapq.heapify(self._heap)
+        self._num_stale = 0
 
     def __iter__(self) -> Iterator[Request]:
-        live = [entry for entry in self._heap if id(entry[3]) not in self._removed]
-        return (entry[3] for entry in sorted(live))
+        live = sorted(entry for entry in self._heap if self._is_live(entry[2], entry[3]))
+        return _live_requests(self, ((entry[2], entry[3]) for entry in live))
+
+
+def _live_requests(queue: _LazyQueue, entries: Iterable[tuple[int, Request]]) -> Iterator[Request]:
+    """The requests of `entries` that are still live, in the given order."""
+    return (request for token, request in entries if queue._is_live(token, request))
 
 
 def make_waiting_queue(policy: str) -> FcfsQueue | PriorityQueue:
