@@ -8,6 +8,7 @@ the metrics, so a snapshot costs the engine almost nothing however large the KV 
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -72,9 +73,12 @@ def collect_engine_state(
     }
     recent = list(recent)
     if include_requests:
-        live = sorted(scheduler.requests.values(), key=lambda r: r.times.arrival)
-        state["requests"] = [request_row(r, now) for r in live[:max_requests]]
-        state["num_requests"] = len(live)
+        # The oldest `max_requests` in O(n log k): the queue can hold thousands.
+        oldest = heapq.nsmallest(
+            max_requests, scheduler.requests.values(), key=lambda r: r.times.arrival
+        )
+        state["requests"] = [request_row(r, now) for r in oldest]
+        state["num_requests"] = len(scheduler.requests)
         state["recent"] = [request_row(r, now) for r in reversed(recent[-max_requests:])]
     if timeline_request_ids:
         timelines: dict[str, Any] = {}
