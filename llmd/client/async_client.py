@@ -16,6 +16,7 @@ import zmq
 import zmq.asyncio
 
 from llmd.client.completion import Completion, StreamEvent
+from llmd.client.deadline import get_within, wait_within
 from llmd.client.errors import daemon_not_running
 from llmd.client.in_flight import InFlight
 from llmd.client.wire import (
@@ -223,8 +224,8 @@ class AsyncClient:
         socket = self._socket
         assert socket is not None  # set by _connected
         try:
-            await asyncio.wait_for(socket.send(encode_request(hello)), self.timeout)
-            reply = await asyncio.wait_for(queue.get(), self.timeout)
+            await wait_within(socket.send(encode_request(hello)), self.timeout)
+            reply = await get_within(queue, self.timeout)
         except asyncio.TimeoutError:
             raise daemon_not_running(self.address, f"no reply for {self.timeout:g}s") from None
         finally:
@@ -255,7 +256,7 @@ class AsyncClient:
         socket = await self._connected()
         check_size(payload, self._in_flight.max_message_bytes)
         try:
-            await asyncio.wait_for(socket.send(payload), self.timeout)
+            await wait_within(socket.send(payload), self.timeout)
         except asyncio.TimeoutError:
             raise daemon_not_running(
                 self.address, f"could not send for {self.timeout:g}s"
@@ -333,7 +334,7 @@ class AsyncClient:
         """The next message about `request_id`, probing the daemon during long silences."""
         while True:
             try:
-                message = await asyncio.wait_for(queue.get(), self._liveness.wait_s())
+                message = await get_within(queue, self._liveness.wait_s())
             except asyncio.TimeoutError:
                 if self._liveness.is_dead():
                     raise daemon_not_running(

@@ -48,8 +48,8 @@ class GenerationGroup:
     def cancel(self) -> None:
         """Abort every prompt still running (safe to call from a cancelled context).
 
-        The flag backs up the task cancel, which Python 3.11's wait_for can swallow when
-        a message arrives at the same moment: the stream then ends at its next message.
+        The flag backs up the task cancel (the client no longer uses `wait_for`, which
+        swallowed a cancel racing a message on Python 3.11): a stream ends at its next message.
         """
         self._is_cancelled = True
         for task in self._tasks:
