@@ -178,7 +178,11 @@ Examples:
 def stop(address: str | None, timeout: float, now: bool) -> None:
     """Stop the daemon: drain in-flight requests (or abort them with --now), then exit."""
     from llmd.client import Client
+    from llmd.commands.daemon_files import raise_if_crashed
+    from llmd.protocol import default_address
 
+    address = address or default_address()
+    raise_if_crashed(address)
     with Client(address) as client:
         health = client.health()
         summary = client.shutdown(now=now, timeout=timeout, wait=True)
@@ -210,20 +214,13 @@ Examples:
 def status(address: str | None, as_json: bool) -> None:
     """Show the daemon's model, device, queue, KV-cache use and log file."""
     from llmd.client import Client, DaemonNotRunningError
-    from llmd.commands.daemon_files import read_daemon_files
+    from llmd.commands.daemon_files import raise_if_crashed, read_daemon_files
     from llmd.protocol import default_address, parse_address
 
     address = address or default_address()
     files = read_daemon_files(parse_address(address))
     try:
-        if files.has_crashed:
-            log = files.log_path()
-            where = f"log: {log}" if log else "its log is where `llmd serve` wrote it"
-            raise DaemonNotRunningError(
-                f"the llmd daemon at {address} crashed (pid {files.pid} is gone); {where}; "
-                "restart it with: llmd serve",
-                "address",
-            )
+        raise_if_crashed(address)
         with Client(address) as client:
             snapshot = client.stats(include_requests=False, include_block_map=False)
     except DaemonNotRunningError as error:

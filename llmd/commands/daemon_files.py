@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,31 +23,20 @@ class DaemonFiles:
     """Where a detached daemon logs unless --log-file said otherwise."""
 
     @property
-    def is_pid_alive(self) -> bool:
-        """True when the recorded pid names a running process."""
-        return self.pid is not None and pid_is_alive(self.pid)
-
-    @property
     def has_crashed(self) -> bool:
-        """A pid file names a dead process and nobody holds the lock: the daemon died."""
-        return self.pid is not None and not self.is_lock_held and not self.is_pid_alive
+        """A pid file is left and nobody holds the lock: the daemon died without cleaning up.
+
+        The lock alone decides: the kernel drops it when its process dies, and a stopping
+        daemon removes its pid file before releasing it. Whether the recorded pid still
+        names a process says nothing (an unreaped zombie, or the pid reused).
+        """
+        return self.pid is not None and not self.is_lock_held
 
     def log_path(self, reported: str | None = None) -> Path | None:
         """The daemon's log: the path it reported, else the default one if it exists."""
         if reported:
             return Path(reported)
         return self.default_log_path if self.default_log_path.exists() else None
-
-
-def pid_is_alive(pid: int) -> bool:
-    """True when a process with this pid exists (ours or not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def read_daemon_files(address: Address) -> DaemonFiles:
@@ -60,4 +48,25 @@ def read_daemon_files(address: Address) -> DaemonFiles:
         pid=lock.read_pid(),
         is_lock_held=lock.is_held(),
         default_log_path=runtime_dir() / f"{address.instance_name}.log",
+    )
+
+
+def raise_if_crashed(address: str) -> None:
+    """Raise DaemonNotRunningError at once when the daemon at `address` died (kill -9).
+
+    Without this a client would wait its whole timeout on a socket file nobody serves.
+    """
+    from llmd.client import DaemonNotRunningError
+    from llmd.protocol import default_address, parse_address
+
+    files = read_daemon_files(parse_address(address))
+    if not files.has_crashed:
+        return
+    log = files.log_path()
+    where = f"log: {log}" if log else "its log is where `llmd serve` wrote it"
+    command = "llmd serve" if address == default_address() else f"llmd serve --address {address}"
+    raise DaemonNotRunningError(
+        f"the llmd daemon at {address} crashed (pid {files.pid} is gone); {where}; "
+        f"restart it with: {command}",
+        "address",
     )

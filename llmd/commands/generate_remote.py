@@ -30,11 +30,14 @@ PROBE_TIMEOUT_S = 1.0
 def find_daemon(address: str | None) -> Any | None:
     """A connected Client when a healthy daemon answers at `address`, else None."""
     from llmd.client import Client, DaemonNotRunningError
+    from llmd.commands.daemon_files import read_daemon_files
     from llmd.protocol import default_address, parse_address
 
     address = address or default_address()
     parsed = parse_address(address)  # a malformed address is an error, not "no daemon"
     if parsed.scheme == "ipc" and not os.path.exists(parsed.path):
+        return None
+    if read_daemon_files(parsed).has_crashed:  # no probe on a dead daemon's socket file
         return None
     client = Client(address, timeout=PROBE_TIMEOUT_S)
     try:

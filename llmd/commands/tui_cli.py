@@ -90,6 +90,7 @@ def chat(address: str | None, prompt: str | None, system_prompt: str | None, sta
     Commands: /clear, /system TEXT, /set [NAME VALUE], /save FILE, /stats, /help, /quit.
     """
     from llmd.client import Client, DaemonNotRunningError
+    from llmd.commands.daemon_files import raise_if_crashed
     from llmd.errors import LLMDError
     from llmd.protocol import default_address
 
@@ -102,6 +103,7 @@ def chat(address: str | None, prompt: str | None, system_prompt: str | None, sta
         prompt = sys.stdin.read().strip()
         if not prompt:
             raise click.ClickException("prompt: stdin was empty")
+    raise_if_crashed(address)
     if prompt is not None:
         from llmd.tui.chat.oneshot import run_once
 
@@ -156,10 +158,12 @@ def top(address: str | None, interval: float) -> None:
     Keys: q quits, p pauses, s changes the sort, Up/Down (or j/k) select a request.
     """
     from llmd.client import AsyncClient, Client
+    from llmd.commands.daemon_files import raise_if_crashed
     from llmd.protocol import default_address
     from llmd.tui.top.app import create_top_app
 
     address = address or default_address()
+    raise_if_crashed(address)
     with Client(address, timeout=CHAT_CHECK_TIMEOUT_S) as client:
         client.health()  # a wrong address or no daemon fails here, at once
     silence_s = max(2.0, TOP_SILENCE_FACTOR * interval)

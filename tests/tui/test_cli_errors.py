@@ -98,6 +98,40 @@ def test_status_after_kill_9_says_the_daemon_crashed_and_names_its_log(tmp_path,
     assert "Traceback" not in result.output
 
 
+def test_a_daemon_killed_but_not_yet_reaped_is_reported_crashed_at_once(tmp_path, monkeypatch):
+    # kill -9 leaves a zombie until its parent reaps it (a container's init may take
+    # seconds, or never): its pid still "exists", but its lock is gone, so it is dead.
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    address = f"ipc://{tmp_path / 'd.sock'}"
+    holder = subprocess.Popen(  # holds the lock and serves a socket file, like a daemon
+        [sys.executable, "-c",
+         "import time, zmq; from llmd.daemon.instance_lock import InstanceLock; "
+         f"from llmd.protocol import parse_address; InstanceLock(parse_address({address!r}))"
+         f".acquire(); zmq.Context().socket(zmq.ROUTER).bind({address!r}); "
+         "print('locked', flush=True); time.sleep(60)"],
+        env={**subprocess_env(), "XDG_RUNTIME_DIR": str(tmp_path)}, cwd=REPO_ROOT,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        lock = InstanceLock(parse_address(address))
+        holder.kill()  # and not reaped until the end of the test
+        deadline = time.monotonic() + 30
+        while lock.is_held() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.path.exists(tmp_path / "d.sock") and lock.read_pid() == holder.pid
+        for command in (["status"], ["stop"], ["chat", "-p", "hi"], ["top"]):
+            result = CliRunner().invoke(main, [*command, "--address", address])
+            assert result.exit_code == 1, command
+            assert result.output.startswith(
+                f"Error: the llmd daemon at {address} crashed (pid {holder.pid} is gone)"
+            ), result.output
+            assert f"restart it with: llmd serve --address {address}\n" in result.output
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_chat_p_exits_non_zero_when_the_daemon_aborts_the_reply(capsys):
     client = FakeClient(ScriptedReply(chunks=["Half a rep"], finish_reason="abort"))
     code = run_once(client, "hi", DEFAULT_CHAT_PARAMS, sys.stdout, sys.stderr)
