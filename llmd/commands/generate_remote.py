@@ -135,8 +135,15 @@ def _read(stream: Any, is_streamed: bool) -> GeneratedText:
 
 
 def _choice(entry: dict[str, Any], text: str | None) -> TokenChoice:
+    """One logprobs entry; the daemon sends each token's own text (special tokens too).
+
+    `text` (the delta's text) stands in only for a daemon that sends no token texts.
+    """
+    token_ids = entry.get("top_token_ids", ())
+    texts = entry.get("top_tokens") or [None] * len(token_ids)
     alternatives = tuple(
-        (int(token_id), None, float(logprob))
-        for token_id, logprob in zip(entry.get("top_token_ids", ()), entry.get("top_logprobs", ()))
+        (int(token_id), token_text, float(logprob))
+        for token_id, token_text, logprob in zip(token_ids, texts, entry.get("top_logprobs", ()))
     )
-    return TokenChoice(int(entry["token_id"]), text, float(entry["logprob"]), alternatives)
+    token_text = entry.get("token", text)
+    return TokenChoice(int(entry["token_id"]), token_text, float(entry["logprob"]), alternatives)
