@@ -104,6 +104,8 @@ CODE_WORDS = {
 """What an error code means, said in words, for codes whose messages do not say it."""
 INTERNAL_PARAMETERS = ("command", "setting")
 """Parameters that name no field the user typed; user-facing messages leave them out."""
+SELF_NAMING_CODES = ("daemon_not_running",)
+"""Codes whose messages always name their subject (the address): no `parameter:` prefix."""
 
 
 def user_message(error: BaseException) -> str:
@@ -112,6 +114,8 @@ def user_message(error: BaseException) -> str:
     if message is None:
         return str(error).strip() or type(error).__name__
     parameter = getattr(error, "parameter", None)
+    if getattr(error, "code", "") in SELF_NAMING_CODES:
+        parameter = None
     if parameter and parameter not in INTERNAL_PARAMETERS and parameter not in message:
         message = f"{parameter}: {message}"
     words = CODE_WORDS.get(getattr(error, "code", ""))

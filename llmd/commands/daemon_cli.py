@@ -265,8 +265,7 @@ def logs(address: str | None, follow: bool, lines: int) -> None:
     if log_path is None or not log_path.exists():
         raise InvalidParameterError(
             f"no log file for the daemon at {address} (a daemon started without --detach "
-            "logs to its terminal; --log-file chooses the file)",
-            "address",
+            "logs to its terminal; --log-file chooses the file)"
         )
     offset = last_lines(log_path, lines, sys.stdout)
     if follow:

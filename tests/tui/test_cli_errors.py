@@ -48,6 +48,18 @@ def test_a_malformed_address_is_one_clean_error_line(command):
     )
 
 
+def test_no_daemon_at_the_default_address_is_one_plain_error_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("LLMD_ADDRESS", raising=False)
+    for command in (["status"], ["stop"], ["logs"], ["chat", "-p", "hi"], ["top"]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 1, command
+        assert result.output.startswith(("Error: no llmd daemon is answering at ipc://",
+                                         "Error: no log file for the daemon at ipc://")), (
+            result.output  # not "Error: address: no llmd daemon ..."
+        )  # fmt: skip
+
+
 def test_bare_llmd_prints_help_and_exits_0():
     result = CliRunner().invoke(main, [])
     assert result.exit_code == 0
