@@ -170,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--warmup-requests",
         type=int,
         default=0,
-        help="untimed llmd run of this many short requests first (compiles Triton kernels)",
+        help="untimed llmd run of this many requests first, lengths as the workload's "
+        "(compiles Triton kernels)",
     )
     return parser
 
@@ -211,9 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.gpu_memory_utilization is not None:
             engine_options["gpu_memory_utilization"] = args.gpu_memory_utilization
         if args.warmup_requests and not args.skip_llmd:
+            # The timed run's length mix (not short outputs), so that its mixed prefill and
+            # decode steps, and every Triton variant they need, have run once already.
             warmup = make_workload(
-                args.warmup_requests, shape["vocab_size"], args.seed + 1, args.max_prompt, 16
-            )
+                args.warmup_requests, shape["vocab_size"], args.seed + 1, args.max_prompt,
+                args.max_output,
+            )  # fmt: skip
             warmup_s, _ = run_llmd(path, warmup, engine_options)
             print(f"warm-up: {args.warmup_requests} requests in {warmup_s:.1f} s", flush=True)
         limits = measure_cpu_limits(path, shape, engine_options) if args.cpu_limits else {}

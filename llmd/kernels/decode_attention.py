@@ -34,7 +34,9 @@ SPLIT_PROGRAMS_PER_SM = 8
 b=1 x 32k-token decodes at 19% of copy bandwidth on an H200)."""
 
 
-@triton.jit
+# The block table's row stride is the step's widest table on a gathered batch: not a
+# compile-time specialization (a new value would compile a new variant mid-serving).
+@triton.jit(do_not_specialize=["stride_table_seq"])
 def _decode_attention_kernel(
     out_ptr,  # [num_seqs, num_heads, head_dim]: final output (NUM_SPLITS == 1)
     partial_out_ptr,  # [num_seqs, num_heads, NUM_SPLITS, head_dim] fp32 (NUM_SPLITS > 1)

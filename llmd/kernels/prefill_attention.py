@@ -93,7 +93,9 @@ def _attend_tile(
     return acc, l_i, m_new
 
 
-@triton.jit
+# The block table's row stride is the step's widest table on a gathered batch: not a
+# compile-time specialization (a new value would compile a new variant mid-serving).
+@triton.jit(do_not_specialize=["stride_table_seq"])
 def _prefill_attention_kernel(
     out_ptr,  # [num_tokens, num_heads, head_dim]
     query_ptr,  # [num_tokens, num_heads, head_dim]

@@ -46,3 +46,32 @@ def array_to_device(array: np.ndarray, device: torch.device | str) -> torch.Tens
     if device.type != "cuda":
         return tensor.to(device)
     return tensor.pin_memory().to(device, non_blocking=True)
+
+
+ALIGN_BYTES = 16
+"""Each array `arrays_to_device` packs starts on this boundary: Triton compiles a kernel
+variant per pointer alignment (16 bytes or not), so a misaligned `seq_lens` or `positions`
+on some steps compiled new variants mid-serving (a stall of about a second each on a GPU)."""
+
+
+def arrays_to_device(
+    arrays: Sequence[np.ndarray], dtype: np.dtype, device: torch.device | str
+) -> list[torch.Tensor]:
+    """1-D arrays as tensors on `device` in one transfer, each starting 16-byte aligned.
+
+    They are packed into one buffer (each padded to `ALIGN_BYTES`), copied once (see
+    `array_to_device`), and returned as views into the device copy, in order.
+    """
+    step = max(1, ALIGN_BYTES // np.dtype(dtype).itemsize)
+    offsets, total = [], 0
+    for array in arrays:
+        offsets.append(total)
+        total += -(-len(array) // step) * step
+    packed = np.zeros(total, dtype=dtype)
+    for offset, array in zip(offsets, arrays, strict=True):
+        packed[offset : offset + len(array)] = array
+    tensor = array_to_device(packed, device)
+    return [
+        tensor[offset : offset + len(array)]
+        for offset, array in zip(offsets, arrays, strict=True)
+    ]

@@ -261,7 +261,6 @@ class ModelRunner:
                 torch.cuda.Event(enable_timing=True),
                 self._last_done_event,
             )
-            events.started.record()
         try:
             graph_size = None
             if self.graph_runner is not None:
@@ -280,6 +279,10 @@ class ModelRunner:
                 sampling_requests, self.persistent_batch, self.sampling_state
             )
             prepared = time.perf_counter()
+            if events is not None:
+                # Recorded after the host's preparation, not before: a device that waited
+                # for it was idle, and must count so with sync and async scheduling alike.
+                events.started.record()
             if graph_size is None:
                 hidden = self.model(
                     batch.input_ids, batch.positions, self.kv_caches, batch.metadata

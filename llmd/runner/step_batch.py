@@ -15,7 +15,7 @@ from llmd.attention.metadata import AttentionMetadata
 from llmd.engine.request import PENDING_TOKEN_ID
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.errors import require
-from llmd.runner.host_transfer import array_to_device, to_device
+from llmd.runner.host_transfer import arrays_to_device, to_device
 from llmd.runner.input_batch import PADDING_SLOT, DecodeBuffers, InputBatch
 from llmd.runner.pending_tokens import PendingTokens, pending_source
 from llmd.runner.persistent_batch import PersistentBatch
@@ -94,17 +94,14 @@ def build_step_batch(
             logits_rows.append(num_decodes + len(input_ids) - 1)
 
     num_tokens = num_decodes + len(input_ids)
-    num_pending = len(pending_rows)
-    packed = np.concatenate([
-        tokens_np, np.array(input_ids, dtype=np.int64),
-        positions_np, np.array(positions, dtype=np.int64),
-        slots_np, np.array(slots, dtype=np.int64),
-        np.array(logits_rows + pending_rows + pending_sources, dtype=np.int64),
-    ])  # fmt: skip
-    sizes = [num_tokens, num_tokens, num_tokens, len(logits_rows), num_pending, num_pending]
-    ids, positions_t, slots_t, logits_t, dst, src = array_to_device(
-        packed, persistent.device
-    ).split(sizes)
+    ids, positions_t, slots_t, logits_t, dst, src = arrays_to_device([
+        np.concatenate([tokens_np, np.array(input_ids, dtype=np.int64)]),
+        np.concatenate([positions_np, np.array(positions, dtype=np.int64)]),
+        np.concatenate([slots_np, np.array(slots, dtype=np.int64)]),
+        np.array(logits_rows, dtype=np.int64),
+        np.array(pending_rows, dtype=np.int64),
+        np.array(pending_sources, dtype=np.int64),
+    ], np.int64, persistent.device)  # fmt: skip
     if pending_rows:
         ids = ids.clone()
         ids[dst] = pending.token_ids[src]
@@ -112,9 +109,8 @@ def build_step_batch(
     query_start_loc = np.zeros(num_seqs + 1, dtype=np.int64)
     np.cumsum(query_lens, out=query_start_loc[1:])
     row_indices = np.concatenate([decode_rows, rows_np[prefill_order]])
-    packed32 = np.concatenate([query_start_loc, seq_lens_np, row_indices]).astype(np.int32)
-    query_start_loc_t, seq_lens_t, rows_t = array_to_device(packed32, persistent.device).split(
-        [num_seqs + 1, num_seqs, num_seqs]
+    query_start_loc_t, seq_lens_t, rows_t = arrays_to_device(
+        [query_start_loc, seq_lens_np, row_indices], np.int32, persistent.device
     )
     if row_indices[-1] == num_seqs - 1 and (row_indices == np.arange(num_seqs)).all():
         block_tables = persistent.block_tables[:num_seqs, :width]  # a view: no copy

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
 from llmd.engine.request import PENDING_TOKEN_ID, FinishReason
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.errors import LLMDError
+from llmd.runner.host_transfer import ALIGN_BYTES, arrays_to_device
 from llmd.runner.input_batch import DecodeBuffers, build_decode_batch, build_input_batch
 from llmd.runner.pending_tokens import PendingTokens
 from llmd.runner.persistent_batch import PersistentBatch
@@ -39,6 +41,18 @@ def _assert_same_batch(persistent, reference):
     for name in ("num_decode_seqs", "num_prefill_seqs", "num_tokens", "max_query_len",
                  "max_seq_len", "query_lens_cpu", "seq_lens_cpu"):  # fmt: skip
         assert getattr(ours, name) == getattr(theirs, name), name
+
+
+def _assert_index_tensors_aligned(batch):
+    """Triton specializes kernels on 16-byte pointer alignment: never vary it per step."""
+    metadata = batch.metadata
+    tensors = {
+        "input_ids": batch.input_ids, "positions": batch.positions,
+        "logits_indices": batch.logits_indices, "slot_mapping": metadata.slot_mapping,
+        "query_start_loc": metadata.query_start_loc, "seq_lens": metadata.seq_lens,
+    }  # fmt: skip
+    for name, tensor in tensors.items():
+        assert tensor.data_ptr() % ALIGN_BYTES == 0, (name, tensor.data_ptr() % ALIGN_BYTES)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -72,6 +86,7 @@ def test_persistent_batch_equals_rebuilt_batch_under_random_traffic(seed):
         reference = build_input_batch(ordered, BLOCK_SIZE, CPU)
         reference.sampling_request_indices = [order[i] for i in reference.sampling_request_indices]
         _assert_same_batch(ours, reference)
+        _assert_index_tensors_aligned(ours)
         # Rows in use stay dense: 0..n-1.
         rows = sorted(persistent.row_of(r.request_id) for r in scheduler.running)
         assert rows == list(range(len(rows)))
@@ -181,3 +196,15 @@ def test_pending_inputs_of_graph_decodes_come_from_the_device_tensor():
     fill_decode_buffers(plan, BLOCK_SIZE, PersistentBatch(4, 24, CPU), buffers, 4, pending)
     assert torch.equal(buffers.token_rows, expected.token_rows)
     assert buffers.token_rows[0, :3].tolist() == [20, 21, 22]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_arrays_travel_in_one_buffer_each_16_byte_aligned(dtype):
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        arrays = [rng.integers(-1000, 1000, rng.integers(0, 9)).astype(dtype) for _ in range(5)]
+        tensors = arrays_to_device(arrays, dtype, CPU)
+        for array, tensor in zip(arrays, tensors, strict=True):
+            assert tensor.tolist() == array.tolist()
+            assert tensor.data_ptr() % ALIGN_BYTES == 0
+        assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1  # one transfer
