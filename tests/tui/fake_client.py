@@ -76,6 +76,8 @@ class FakeAsyncClient:
         self.is_closed = False
         self._abort_events: dict[str, asyncio.Event] = {}
         self.health_error: LLMDError | None = None
+        self.health_delay_s = 0.0
+        """How long health() takes to answer or fail (a real client waits its timeout)."""
 
     async def stream(
         self, *, messages: Any = None, params: Any = None, prompt: Any = None, **_: Any
@@ -111,6 +113,7 @@ class FakeAsyncClient:
         self._abort_events.setdefault(client_id, asyncio.Event()).set()
 
     async def health(self) -> dict[str, Any]:
+        await asyncio.sleep(self.health_delay_s)
         if self.health_error is not None:
             raise self.health_error
         return dict(HEALTH)

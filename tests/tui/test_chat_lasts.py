@@ -93,6 +93,21 @@ async def test_a_restart_and_a_stopped_daemon_are_told_apart_from_esc():
     assert "The daemon restarted (pid 4242 → 5000), now serving other-model." in " ".join(texts)
 
 
+async def test_a_daemon_that_stops_while_the_chat_is_idle_is_noticed(monkeypatch):
+    # A real client fails a health check only after its timeout, longer than the poll
+    # interval: each poll must wait for the last one instead of cancelling it.
+    monkeypatch.setattr("llmd.tui.chat.app.HEALTH_POLL_S", 0.05)
+    app, client = make_app()
+    async with app.run_test() as pilot:
+        await wait_for(pilot, lambda: app.daemon_health is not None)
+        client.health_delay_s = 0.3
+        client.health_error = DaemonNotRunningError("no reply for 0.3s", "address")
+        status = app.query_one("#status")
+        await wait_for(pilot, lambda: str(status.render()).startswith("tiny-llama (daemon stop"))
+        texts = notices(app)
+    assert any(text.startswith("The daemon stopped answering") for text in texts)
+
+
 async def _coro(value):
     return value
 

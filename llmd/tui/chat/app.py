@@ -89,6 +89,8 @@ class ChatApp(App):
         """The reply the user stopped (Esc/Ctrl+C), told apart from one the daemon ended."""
         self.daemon_health: dict[str, Any] | None = None
         self.is_daemon_lost = False
+        self._is_health_pending = False
+        """A health check is under way; the poll waits for its answer or its timeout."""
 
     # ------------------------------------------------------------------ layout
 
@@ -104,7 +106,7 @@ class ChatApp(App):
         self._update_status()
         await self._add(Notice(f"Connected to {self.address}. {KEYS_HELP}. /help for commands."))
         self._fetch_health()
-        self.set_interval(HEALTH_POLL_S, self._fetch_health)
+        self.set_interval(HEALTH_POLL_S, self._poll_health)
 
     def _update_status(self, activity: str = "") -> None:
         model = (
@@ -288,8 +290,15 @@ class ChatApp(App):
         with contextlib.suppress(Exception):  # a lost daemon is caught by the stream itself
             await self.client.abort(client_id)
 
+    def _poll_health(self) -> None:
+        """Check the daemon, unless the last check still waits (the client's timeout, longer
+        than the poll interval, is how a stopped daemon is noticed: never cut it short)."""
+        if not self._is_health_pending:
+            self._fetch_health()
+
     @work(group="info", exclusive=True)
     async def _fetch_health(self) -> None:
+        self._is_health_pending = True
         try:
             health = await self.client.health()
             if daemon_identity(health) != daemon_identity(self.daemon_health or {}):
@@ -300,6 +309,8 @@ class ChatApp(App):
             self.post_message(DaemonInfo(health))
         except Exception as error:
             self.post_message(DaemonInfo(None, error))
+        finally:
+            self._is_health_pending = False
 
     @work(group="stats", exclusive=True)
     async def _fetch_stats(self) -> None:
