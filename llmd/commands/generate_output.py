@@ -6,7 +6,9 @@ so the two print exactly the same way.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import click
 
@@ -46,6 +48,26 @@ def fitted_max_tokens(num_prompt_tokens: int, max_tokens: int, max_model_len: in
     the CLI warns (context_warning) and asks for what fits instead, as a user expects.
     """
     return max(1, min(max_tokens, max_model_len - num_prompt_tokens))
+
+
+MAX_TOKENS_REFUSAL = re.compile(
+    r"prompt \((\d+) tokens\) plus max_tokens .* max_model_len is (\d+)"
+)
+"""The engine's request_too_large message for a max_tokens that overflows the context."""
+
+
+def refused_max_tokens(error: Any) -> tuple[int, int] | None:
+    """(prompt tokens, max_model_len) from a max_tokens refusal; None for other errors.
+
+    A prompt that leaves no room at all is not retried (nothing would fit).
+    """
+    if getattr(error, "code", None) != "request_too_large":
+        return None
+    match = MAX_TOKENS_REFUSAL.search(str(error))
+    if getattr(error, "parameter", None) != "max_tokens" or match is None:
+        return None
+    num_prompt_tokens, context_len = int(match.group(1)), int(match.group(2))
+    return (num_prompt_tokens, context_len) if num_prompt_tokens < context_len else None
 
 
 def context_warning(num_prompt_tokens: int, max_tokens: int, max_model_len: int) -> str | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import sys
 from typing import Any
 
@@ -20,6 +19,7 @@ from llmd.commands.generate_output import (
     TokenChoice,
     context_warning,
     fitted_max_tokens,
+    refused_max_tokens,
 )
 from llmd.errors import RequestRejectedError
 
@@ -61,7 +61,7 @@ def generate_remote(client: Any, job: Any) -> list[GeneratedText]:
             except RequestRejectedError as error:
                 # The daemon refuses a prompt + max_tokens beyond the context; like the
                 # in-process path, warn and ask for what fits instead.
-                fit = _prompt_and_context(error)
+                fit = refused_max_tokens(error)
                 if fit is None:
                     raise
                 num_prompt_tokens, context_len = fit
@@ -84,21 +84,6 @@ def _open_stream(client: Any, job: Any, prompt: str, params: Any, stack: Any) ->
     stack.enter_context(contextlib.closing(stream))
     next(stream)  # the `accepted` event
     return stream
-
-
-MAX_TOKENS_REFUSAL = re.compile(
-    r"prompt \((\d+) tokens\) plus max_tokens .* max_model_len is (\d+)"
-)
-"""The engine's request_too_large message for a max_tokens that overflows the context."""
-
-
-def _prompt_and_context(error: RequestRejectedError) -> tuple[int, int] | None:
-    """(prompt tokens, max_model_len) from a max_tokens refusal; None for other refusals."""
-    match = MAX_TOKENS_REFUSAL.search(str(error))
-    if getattr(error, "parameter", None) != "max_tokens" or match is None:
-        return None
-    num_prompt_tokens, context_len = int(match.group(1)), int(match.group(2))
-    return (num_prompt_tokens, context_len) if num_prompt_tokens < context_len else None
 
 
 def _read(stream: Any, is_streamed: bool) -> GeneratedText:

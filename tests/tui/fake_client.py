@@ -150,13 +150,17 @@ class FakeAsyncClient:
 class FakeClient:
     """Scripted blocking client for the one-shot chat."""
 
-    def __init__(self, reply: ScriptedReply) -> None:
+    def __init__(self, reply: ScriptedReply, *later_replies: ScriptedReply) -> None:
         self.reply = reply
+        self.later_replies = list(later_replies)
+        """Answers to the second, third... request (the first reply again when none left)."""
         self.requests: list[dict[str, Any]] = []
         self.was_closed_early = False
 
     def stream(self, *, messages: Any = None, params: Any = None, **_: Any) -> Iterator[Any]:
         self.requests.append({"messages": messages, "params": params})
+        if len(self.requests) > 1 and self.later_replies:
+            self.reply = self.later_replies.pop(0)
         return self._events()
 
     def _events(self) -> Iterator[Any]:

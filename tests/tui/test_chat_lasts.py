@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 
 from llmd.client import DaemonNotRunningError
 from llmd.errors import RequestRejectedError
 from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.assistant_reply import AssistantReply
 from llmd.tui.chat.conversation import MESSAGE_OVERHEAD_CHARS, Conversation
+from llmd.tui.chat.oneshot import EXIT_OK, run_once
 from llmd.tui.chat.prompt_input import PromptInput
-from tests.tui.fake_client import HEALTH, ScriptedReply
+from tests.tui.fake_client import HEALTH, FakeClient, ScriptedReply
 from tests.tui.test_chat_app import make_app, notices, submit
 from tests.tui.waiting import wait_for
 
@@ -153,3 +155,44 @@ async def test_enter_while_a_reply_streams_keeps_the_typed_text_and_lines_can_be
         await pilot.press("ctrl+j", "l", "i", "n", "e", "enter")
         await wait_for(pilot, lambda: len(client.requests) == 2)
     assert client.requests[1]["messages"][-1] == {"role": "user", "content": "next\nline"}
+
+
+def max_tokens_refusal(num_prompt_tokens: int, max_tokens: int, context: int):
+    return RequestRejectedError(
+        f"prompt ({num_prompt_tokens} tokens) plus max_tokens ({max_tokens}) is "
+        f"{num_prompt_tokens + max_tokens} tokens, but max_model_len is {context}",
+        "max_tokens",
+    )
+
+
+async def test_a_max_tokens_beyond_the_context_asks_for_what_fits_instead_of_failing():
+    app, client = make_app(ScriptedReply(error=max_tokens_refusal(118, 400, 512)),
+                           ScriptedReply(["fits"]))  # fmt: skip
+    async with app.run_test() as pilot:
+        await submit(pilot, "/set max_tokens 400")
+        await submit(pilot, "long chat")
+        await wait_for(pilot, lambda: len(app.conversation.turns) == 2)
+        texts = notices(app)
+        replies = [reply.text for reply in app.query(AssistantReply)]
+    assert [request["params"].max_tokens for request in client.requests] == [400, 394]
+    assert app.conversation.params.max_tokens == 400  # the setting stays; this reply fits
+    assert app.conversation.turns[-1] == {"role": "assistant", "content": "fits"}
+    assert replies == ["fits"]  # the refused attempt leaves no empty reply behind
+    assert texts[-1] == (
+        "max_tokens 400 does not fit: the prompt has 118 tokens of the model's 512-token "
+        "context, so this reply may use at most 394."
+    )
+
+
+def test_one_shot_asks_for_what_fits_the_context():
+    client = FakeClient(ScriptedReply(error=max_tokens_refusal(7, 1000, 512)),
+                        ScriptedReply(["fits"]))  # fmt: skip
+    out, err = io.StringIO(), io.StringIO()
+    params = dataclasses.replace(SamplingParams(), max_tokens=1000)
+    assert run_once(client, "q", params, out, err) == EXIT_OK
+    assert [request["params"].max_tokens for request in client.requests] == [1000, 505]
+    assert out.getvalue() == "fits\n"
+    assert err.getvalue() == (
+        "warning: --max-tokens 1000 does not fit: the prompt has 7 tokens and the context "
+        "512, so at most 505 tokens will be generated\n"
+    )

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from llmd.commands.generate_output import context_warning, fitted_max_tokens
-from llmd.commands.generate_remote import _prompt_and_context
+from llmd.commands.generate_output import context_warning, fitted_max_tokens, refused_max_tokens
 from llmd.errors import RequestRejectedError
 
 
@@ -20,16 +19,16 @@ def test_only_a_max_tokens_refusal_is_retried():
         "prompt (3 tokens) plus max_tokens (300) is 303 tokens, but max_model_len is 256",
         "max_tokens",
     )
-    assert _prompt_and_context(refusal) == (3, 256)
+    assert refused_max_tokens(refusal) == (3, 256)
     too_long_prompt = RequestRejectedError(
         "prompt has 814 tokens, but max_model_len is 256 (prompt plus at least one output "
         "token must fit)",
         "prompt",
     )
-    assert _prompt_and_context(too_long_prompt) is None
+    assert refused_max_tokens(too_long_prompt) is None
     kv_pool = RequestRejectedError("prompt plus max_tokens needs 9000 tokens = 563 KV blocks",
                                    "max_tokens")  # fmt: skip
-    assert _prompt_and_context(kv_pool) is None
+    assert refused_max_tokens(kv_pool) is None
 
 
 def test_local_generate_fits_max_tokens_to_the_context(tmp_path):

@@ -7,6 +7,7 @@ own the conversation state and the widgets, so a stopped reply can never be half
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any, ClassVar
 
 from textual import work
@@ -17,6 +18,7 @@ from textual.widgets import Footer, Static
 from textual.worker import Worker
 
 from llmd.client import Accepted, Finished, PrefillProgress, TokenDelta
+from llmd.commands.generate_output import fitted_max_tokens, refused_max_tokens
 from llmd.errors import LLMDError, user_message
 from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.assistant_reply import AssistantReply
@@ -85,6 +87,7 @@ class ChatApp(App):
         self.active_client_id: str | None = None
         self._reply_worker: Worker | None = None
         self._sent_messages: list[dict[str, str]] = []
+        self._sent_params = conversation.params
         self._stop_requested: int | None = None
         """The reply the user stopped (Esc/Ctrl+C), told apart from one the daemon ended."""
         self.daemon_health: dict[str, Any] | None = None
@@ -158,16 +161,50 @@ class ChatApp(App):
             f"model's {self.conversation.max_model_len}-token context{kept}."
         )
 
-    async def _start_reply(self, prompt: str, messages: list[dict[str, str]]) -> None:
+    async def _start_reply(
+        self,
+        prompt: str,
+        messages: list[dict[str, str]],
+        params: SamplingParams | None = None,
+        show_prompt: bool = True,
+    ) -> None:
+        """Stream a reply to `messages` with `params` (default: the chat's settings)."""
+        params = params or self.conversation.params
         self._sent_messages = messages
+        self._sent_params = params
         self.reply_number += 1
         self.active_reply = AssistantReply(self.reply_number)
         self.active_client_id = None
-        await self._add(UserMessage(printable(prompt), classes="prompt"))
+        if show_prompt:
+            await self._add(UserMessage(printable(prompt), classes="prompt"))
         await self._add(self.active_reply)
         self._update_status("generating…")
-        params = self.conversation.params
         self._reply_worker = self._stream_reply(self.reply_number, messages, params)
+
+    async def _retry_with_fitted_max_tokens(self, reply: AssistantReply, error: Any) -> bool:
+        """max_tokens leaves the prompt no room: send again asking for what fits; False if
+        `error` is no such refusal. The setting itself stays as the user chose it."""
+        fit = refused_max_tokens(error)
+        prompt = self.conversation.pending_prompt
+        if fit is None or prompt is None:
+            return False
+        num_prompt_tokens, context_len = fit
+        wanted = self._sent_params.max_tokens
+        max_tokens = fitted_max_tokens(num_prompt_tokens, wanted, context_len)
+        if max_tokens >= wanted:
+            return False
+        await reply.remove()  # the refused attempt has no text: the retry takes its place
+        self.active_reply = None
+        await self._add(
+            Notice(
+                f"max_tokens {wanted} does not fit: the prompt has {num_prompt_tokens} tokens "
+                f"of the model's {context_len}-token context, so this reply may use at most "
+                f"{max_tokens}."
+            )
+        )
+        params = dataclasses.replace(self._sent_params, max_tokens=max_tokens)
+        await self._start_reply(prompt, self._sent_messages, params, show_prompt=False)
+        return True
 
     async def _run_command(self, text: str) -> None:
         try:
@@ -368,6 +405,8 @@ class ChatApp(App):
         if reply is None:
             return
         error = event.error
+        if await self._retry_with_fitted_max_tokens(reply, error):
+            return
         is_too_long = getattr(error, "code", None) == "request_too_large" and (
             getattr(error, "parameter", None) == "prompt"
         )

@@ -12,8 +12,8 @@ from llmd.errors import InvalidParameterError
 from llmd.sampling_params import SamplingParams
 
 DEFAULT_CHAT_PARAMS = SamplingParams(temperature=0.7, top_p=0.95, max_tokens=256)
-"""A chat's defaults: some variety, and replies long enough to answer (clamped by the
-daemon to the model's context)."""
+"""A chat's defaults: some variety, and replies long enough to answer (a max_tokens the
+context cannot hold is cut, per reply, to what fits)."""
 
 SETTABLE_TYPES: dict[str, type] = {
     "temperature": float,
