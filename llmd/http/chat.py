@@ -1,7 +1,8 @@
 """POST /v1/chat/completions: messages through the model's chat template to a reply.
 
 The daemon applies the template (its text thread owns the tokenizer); here the reply is
-shaped as a chat completion, or as chunks whose first delta carries the role.
+shaped as a chat completion, or as chunks whose first delta carries the role. Each of
+the `n` choices is one daemon request; streamed chunks of different choices interleave.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from llmd.http.responses import (
     start_stream,
     usage,
 )
-from llmd.http.sampling import chat_params
+from llmd.http.sampling import chat_params, fan_out
 
 
 async def create_chat_completion(request: Request) -> Response:
@@ -37,9 +38,8 @@ async def create_chat_completion(request: Request) -> Response:
     body = parse_body(ChatCompletionRequest, await read_json(request, context.max_body_bytes))
     model = await context.check_model(body.model)
     params = chat_params(body, model.max_model_len)
-    group = GenerationGroup(
-        context.client, [{"messages": body.wire_messages()}], params, stream=body.stream
-    )
+    inputs = fan_out([{"messages": body.wire_messages()}], params, body.n)
+    group = GenerationGroup(context.client, inputs, params, stream=body.stream)
     head = {
         "id": new_id("chatcmpl"),
         "object": "chat.completion",
@@ -49,39 +49,51 @@ async def create_chat_completion(request: Request) -> Response:
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         head["object"] = "chat.completion.chunk"
-        return await start_stream(group, lambda: _chunks(group, head, body.logprobs, include_usage))
+        return await start_stream(
+            group, lambda: _chunks(group, head, body.logprobs, include_usage, body.n)
+        )
     completions = await complete(request, group)
     if completions is None:
         return client_gone()
-    completion = completions[0]
-    choice = {
-        "index": 0,
-        "message": {"role": "assistant", "content": completion.text},
-        "logprobs": chat_logprobs(completion.logprobs or []) if body.logprobs else None,
-        "finish_reason": finish_reason(completion.finish_reason),
-    }
-    return JSONResponse({**head, "choices": [choice], "usage": usage([completion.usage])})
+    choices = [
+        {
+            "index": index,
+            "message": {"role": "assistant", "content": completion.text},
+            "logprobs": chat_logprobs(completion.logprobs or []) if body.logprobs else None,
+            "finish_reason": finish_reason(completion.finish_reason),
+        }
+        for index, completion in enumerate(completions)
+    ]
+    total = usage([c.usage for c in completions], body.n)
+    return JSONResponse({**head, "choices": choices, "usage": total})
 
 
 async def _chunks(
-    group: GenerationGroup, head: dict[str, Any], wants_logprobs: bool, include_usage: bool
+    group: GenerationGroup,
+    head: dict[str, Any],
+    wants_logprobs: bool,
+    include_usage: bool,
+    num_choices: int,
 ) -> AsyncIterator[bytes]:
     extra = {"usage": None} if include_usage else {}
 
-    def chunk(delta: dict[str, Any], logprobs: Any = None, reason: str | None = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+    def chunk(
+        index: int, delta: dict[str, Any], logprobs: Any = None, reason: str | None = None
+    ) -> bytes:
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
         return sse.event({**head, "choices": [choice], **extra})
 
-    finished_usage: dict[str, int] = {}
+    usages: dict[int, dict[str, int]] = {}
     while (item := await group.next()) is not None:
-        event = item[1]
+        index, event = item
         if isinstance(event, Accepted):
-            yield chunk({"role": "assistant", "content": ""})
+            yield chunk(index, {"role": "assistant", "content": ""})
         elif isinstance(event, TokenDelta):
             logprobs = chat_logprobs(event.logprobs or []) if wants_logprobs else None
-            yield chunk({"content": event.text}, logprobs)
+            yield chunk(index, {"content": event.text}, logprobs)
         elif isinstance(event, Finished):
-            finished_usage = event.usage
-            yield chunk({}, None, finish_reason(event.finish_reason))
+            usages[index] = event.usage
+            yield chunk(index, {}, None, finish_reason(event.finish_reason))
     if include_usage:
-        yield sse.event({**head, "choices": [], "usage": usage([finished_usage])})
+        ordered = [usages[index] for index in sorted(usages)]
+        yield sse.event({**head, "choices": [], "usage": usage(ordered, num_choices)})

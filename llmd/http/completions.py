@@ -1,7 +1,7 @@
 """POST /v1/completions: a prompt (text, token ids, or a batch of either) to text.
 
-Each prompt of a batch is one daemon request and one choice, `index` in prompt order;
-streamed chunks of different prompts interleave as the daemon produces them.
+Each prompt of a batch gives `n` choices, each one daemon request, `index` = prompt * n +
+choice; streamed chunks of different choices interleave as the daemon produces them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from llmd.http.responses import (
     start_stream,
     usage,
 )
-from llmd.http.sampling import completion_params
+from llmd.http.sampling import completion_params, fan_out
 
 
 async def create_completion(request: Request) -> Response:
@@ -37,9 +37,10 @@ async def create_completion(request: Request) -> Response:
     body = parse_body(CompletionRequest, await read_json(request, context.max_body_bytes))
     model = await context.check_model(body.model)
     params = completion_params(body)
-    inputs = [
+    prompts = [
         {"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in body.prompts()
     ]
+    inputs = fan_out(prompts, params, body.n)
     group = GenerationGroup(context.client, inputs, params, stream=body.stream)
     head = {
         "id": new_id("cmpl"),
@@ -51,7 +52,7 @@ async def create_completion(request: Request) -> Response:
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         return await start_stream(
-            group, lambda: _chunks(group, head, wants_logprobs, include_usage)
+            group, lambda: _chunks(group, head, wants_logprobs, include_usage, body.n)
         )
     completions = await complete(request, group)
     if completions is None:
@@ -67,14 +68,19 @@ async def create_completion(request: Request) -> Response:
         }
         for index, completion in enumerate(completions)
     ]
-    return JSONResponse({**head, "choices": choices, "usage": usage(c.usage for c in completions)})
+    total = usage([c.usage for c in completions], body.n)
+    return JSONResponse({**head, "choices": choices, "usage": total})
 
 
 async def _chunks(
-    group: GenerationGroup, head: dict[str, Any], wants_logprobs: bool, include_usage: bool
+    group: GenerationGroup,
+    head: dict[str, Any],
+    wants_logprobs: bool,
+    include_usage: bool,
+    num_choices: int,
 ) -> AsyncIterator[bytes]:
     text_offsets: dict[int, int] = {}
-    usages: list[dict[str, int]] = []
+    usages: dict[int, dict[str, int]] = {}
     extra = {"usage": None} if include_usage else {}
     while (item := await group.next()) is not None:
         index, event = item
@@ -87,9 +93,10 @@ async def _chunks(
             choice = {"index": index, "text": event.text, "logprobs": logprobs}
             yield sse.event({**head, "choices": [{**choice, "finish_reason": None}], **extra})
         elif isinstance(event, Finished):
-            usages.append(event.usage)
+            usages[index] = event.usage
             choice = {"index": index, "text": "", "logprobs": None}
             reason = finish_reason(event.finish_reason)
             yield sse.event({**head, "choices": [{**choice, "finish_reason": reason}], **extra})
     if include_usage:
-        yield sse.event({**head, "choices": [], "usage": usage(usages)})
+        ordered = [usages[index] for index in sorted(usages)]
+        yield sse.event({**head, "choices": [], "usage": usage(ordered, num_choices)})

@@ -20,7 +20,10 @@ _DONE = object()
 
 
 class GenerationGroup:
-    """Runs `inputs` (client keyword arguments, one per prompt) with shared `params`."""
+    """Runs `inputs` (client keyword arguments, one per request) with shared `params`.
+
+    An input may carry its own "params" (the n choices of one prompt differ by seed).
+    """
 
     def __init__(
         self,
@@ -97,14 +100,14 @@ class GenerationGroup:
     async def _pump(self, index: int, kwargs: dict[str, Any]) -> None:
         try:
             if self._stream:
-                stream = self._client.stream(**kwargs, params=self._params)
+                stream = self._client.stream(**{"params": self._params, **kwargs})
                 async with contextlib.aclosing(stream) as events:
                     async for event in events:
                         if self._is_cancelled:
                             break  # closing the stream sends the abort
                         self._queue.put_nowait((index, event))
             else:
-                completion = await self._client.generate(**kwargs, params=self._params)
+                completion = await self._client.generate(**{"params": self._params, **kwargs})
                 self._queue.put_nowait((index, completion))
         except asyncio.CancelledError:
             raise

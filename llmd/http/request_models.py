@@ -1,7 +1,7 @@
 """Request bodies of /v1/completions and /v1/chat/completions, as OpenAI documents them.
 
 pydantic checks types and names the offending field in a 400; fields OpenAI defines that
-llmd does not implement (echo, n > 1, tools, ...) are refused by name rather than ignored.
+llmd does not implement (echo, best_of, tools, ...) are refused by name rather than ignored.
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmd.http.errors import HttpError, bad_request
+
+MAX_CHOICES = 128
+"""Most choices (`n`) per prompt, OpenAI's own limit."""
 
 
 class StreamOptions(BaseModel):
@@ -27,7 +30,8 @@ class SamplingFields(BaseModel):
     model: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = 1
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
+    """Choices per prompt: each one daemon request (prefix caching shares the prompt)."""
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -48,8 +52,6 @@ class SamplingFields(BaseModel):
 
     def check_supported(self) -> None:
         """Refuse, by name, what llmd does not implement."""
-        if self.n != 1:
-            raise bad_request(f"only n=1 is supported, got {self.n}", "n")
         if self.logit_bias:
             raise bad_request("logit_bias is not supported", "logit_bias")
 

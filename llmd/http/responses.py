@@ -35,12 +35,17 @@ def now_s() -> int:
     return int(time.time())
 
 
-def usage(entries: Iterable[dict[str, int]]) -> dict[str, Any]:
-    """OpenAI usage summed over the prompts' daemon usage maps."""
+def usage(entries: Iterable[dict[str, int]], num_choices: int = 1) -> dict[str, Any]:
+    """OpenAI usage over the requests' daemon usage maps, in choice order.
+
+    Completion tokens are summed over every choice; a prompt (and its cached part) is
+    counted once for its `num_choices` choices, as OpenAI bills n > 1.
+    """
     entries = list(entries)
-    prompt = sum(entry.get("prompt_tokens", 0) for entry in entries)
+    prompts = entries[::num_choices]
+    prompt = sum(entry.get("prompt_tokens", 0) for entry in prompts)
     completion = sum(entry.get("completion_tokens", 0) for entry in entries)
-    cached = sum(entry.get("cached_tokens", 0) for entry in entries)
+    cached = sum(entry.get("cached_tokens", 0) for entry in prompts)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -73,6 +78,8 @@ async def complete(request: Request, group: GenerationGroup) -> list[Completion]
         work.cancel()
         group.cancel()
         return None
+    if work.exception() is not None:  # one prompt failed: the others' work is wasted
+        group.cancel()
     return work.result()
 
 

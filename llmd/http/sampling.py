@@ -75,3 +75,17 @@ def _validated(params: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any
         field = renamed.get(error.parameter or "", error.parameter)
         raise bad_request(f"{field}: {error.message}", field) from None
     return params
+
+
+def fan_out(inputs: list[dict[str, Any]], params: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """`n` daemon requests per input, prompt-major (choice index = prompt * n + j).
+
+    With a `seed`, choice j samples with seed + j: the n choices differ, yet the same
+    request gives the same choices again (and choice 0 equals the n=1 answer).
+    """
+    seed = params.get("seed")
+    return [
+        {**request, "params": params if seed is None or j == 0 else {**params, "seed": seed + j}}
+        for request in inputs
+        for j in range(n)
+    ]

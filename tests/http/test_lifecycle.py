@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from llmd.client import Client
 from llmd.http.server import HttpServer
 from tests.daemon.harness import REPO_ROOT, daemon_env, free_tcp_port, inprocess_daemon
 
@@ -59,6 +60,30 @@ def test_overload_is_429_with_retry_after_and_drain_is_503(tiny_model_dir, tmp_p
             rest = [line for line in lines if line]  # the in-flight stream still finishes
         assert rest[-1] == "data: [DONE]"
         assert '"finish_reason":"length"' in rest[-2]
+
+
+def test_a_refused_choice_aborts_the_accepted_ones(tiny_model_dir, tmp_path):
+    address = f"ipc://{tmp_path / 'n.sock'}"
+    with (
+        inprocess_daemon(tiny_model_dir, address, max_queued_requests=2) as daemon,
+        _http_in_front_of(address) as url,
+        Client(address) as client,
+    ):
+        _slow_down(daemon.engine, step_s=0.01)  # 100 tokens: about 1-2 s if left to run
+        body = {"prompt": "n", "n": 3, "max_tokens": 100, "ignore_eos": True}
+        refused = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+        assert refused.status_code == 429, refused.text
+        # Left running, the accepted choices would finish by length well within 6 s; aborted
+        # (in the engine, or before it while tokenizing), they never do.
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            snapshot = client.stats(include_requests=False, include_block_map=False)
+            if snapshot["totals"]["finished"].get("length"):
+                break
+            time.sleep(0.05)
+        assert not snapshot["totals"]["finished"].get("length"), snapshot["totals"]
+        assert snapshot["queue"]["running"] == snapshot["queue"]["waiting"] == 0
+        assert snapshot["kv"]["num_used"] == 0
 
 
 def _slow_down(engine, step_s: float) -> None:

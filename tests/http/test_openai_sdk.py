@@ -111,6 +111,52 @@ def test_seeded_sampling_repeats(sdk, model_id):
     assert first != other
 
 
+def test_n_choices_are_seeded_apart_and_choice_j_equals_seed_plus_j(sdk, model_id):
+    ids = [5, 17, 42, 99]
+    kwargs = dict(model=model_id, max_tokens=6, temperature=1.0, seed=70, **NO_EOS)
+    fanned = sdk.completions.create(**kwargs, prompt=[ids, ids[:2]], n=3)
+    assert [c.index for c in fanned.choices] == [0, 1, 2, 3, 4, 5]
+    singles = [
+        sdk.completions.create(**{**kwargs, "seed": 70 + j}, prompt=prompt).choices[0].text
+        for prompt in (ids, ids[:2])
+        for j in range(3)
+    ]
+    assert [c.text for c in fanned.choices] == singles
+    assert len(set(singles[:3])) > 1  # the seeds really differ
+    assert fanned.usage.prompt_tokens == 4 + 2  # each prompt billed once, as OpenAI does
+    assert fanned.usage.completion_tokens == 6 * 6
+    streamed = sdk.completions.create(**kwargs, prompt=[ids, ids[:2]], n=3, stream=True,
+                                      stream_options={"include_usage": True})  # fmt: skip
+    texts = [""] * 6
+    for chunk in streamed:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.text
+        last = chunk
+    assert texts == singles
+    assert last.usage.prompt_tokens == 6 and last.usage.completion_tokens == 36
+
+
+def test_chat_n_choices_blocking_and_streamed(sdk, model_id):
+    messages = [{"role": "user", "content": "Hello there"}]
+    kwargs = dict(model=model_id, messages=messages, max_tokens=5, temperature=1.0, seed=3,
+                  n=4, **NO_EOS)  # fmt: skip
+    reply = sdk.chat.completions.create(**kwargs)
+    assert [c.index for c in reply.choices] == [0, 1, 2, 3]
+    one = sdk.chat.completions.create(**{**kwargs, "n": 1, "seed": 5})
+    assert reply.choices[2].message.content == one.choices[0].message.content
+    assert reply.usage.prompt_tokens == one.usage.prompt_tokens
+    assert reply.usage.completion_tokens == 4 * 5
+    texts: dict[int, str] = {}
+    roles: dict[int, str] = {}
+    for chunk in sdk.chat.completions.create(**kwargs, stream=True):
+        for choice in chunk.choices:
+            if choice.delta.role:
+                roles[choice.index] = choice.delta.role
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+    assert roles == {i: "assistant" for i in range(4)}
+    assert [texts[i] for i in range(4)] == [c.message.content for c in reply.choices]
+
+
 def test_chat_blocking_and_streaming(sdk, model_id):
     messages = [
         {"role": "system", "content": "Be brief."},
@@ -143,9 +189,10 @@ def test_chat_logprobs(sdk, model_id):
 
 
 def test_errors_are_the_sdks_typed_exceptions(sdk, model_id):
-    with pytest.raises(openai.BadRequestError) as error:
-        sdk.completions.create(model=model_id, prompt="x", n=2)
-    assert error.value.status_code == 400 and error.value.body["param"] == "n"
+    for n in (0, 129):
+        with pytest.raises(openai.BadRequestError) as error:
+            sdk.completions.create(model=model_id, prompt="x", n=n)
+        assert error.value.status_code == 400 and error.value.body["param"] == "n"
     with pytest.raises(openai.BadRequestError) as error:
         sdk.completions.create(model=model_id, prompt="x", temperature=-0.5)
     assert error.value.body["param"] == "temperature"
