@@ -31,7 +31,7 @@ def test_serve_rejects_a_bad_rate_and_slo_before_connecting():
     assert result.exit_code == 2 and "request rate" in result.output
     result = runner.invoke(main, ["bench", "serve", "--address", "ipc:///nonexistent/x",
                                   "--slo", "ttft=abc"])  # fmt: skip
-    assert result.exit_code == 1 and "Error: slo: SLO ttft is not a number" in result.output
+    assert result.exit_code == 1 and "Error: --slo: SLO ttft is not a number" in result.output
 
 
 def test_bench_modules_do_not_import_torch():

@@ -42,4 +42,4 @@ def test_invalid_chat_flags_are_typed_errors():
         timeout=60,
     )
     assert process.returncode == 1
-    assert "Error: top_p: must be in (0, 1], got 2.0" in process.stderr
+    assert "Error: --top-p: must be in (0, 1], got 2.0" in process.stderr

@@ -44,8 +44,24 @@ def test_a_malformed_address_is_one_clean_error_line(command):
     assert result.exit_code == 1
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert result.output == (
-        f"Error: address: '{BAD_ADDRESS}': use ipc://PATH or tcp://HOST:PORT\n"
+        f"Error: --address: '{BAD_ADDRESS}': use ipc://PATH or tcp://HOST:PORT\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["generate", "--sampling-seed", "-1", "hi"], "--sampling-seed: must be >= 0, got -1"),
+        (["generate", "--stop-token-id", "-3", "hi"], "--stop-token-id: must be >= 0, got -3"),
+        (["chat", "--sampling-seed", "-1", "-p", "hi"], "--sampling-seed: must be >= 0, got -1"),
+        (["serve", "--drain-timeout", "-1"], "--drain-timeout: must be a non-negative number"),
+        (["serve", "--block-size", "0"], "--block-size: must be a positive integer, got 0"),
+    ],
+)
+def test_a_bad_flag_value_is_named_by_its_flag_not_an_internal_field(arguments, expected):
+    result = CliRunner().invoke(main, arguments)
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: {expected}")  # not "seed:", "drain_timeout_s:"
 
 
 def test_no_daemon_at_the_default_address_is_one_plain_error_line(tmp_path, monkeypatch):
