@@ -51,11 +51,29 @@ def read_prompts(arguments: tuple[str, ...], stdin: TextIO) -> list[str]:
     prompts = []
     for argument in arguments:
         if argument == "-":
-            argument = stdin.read().rstrip("\n")
+            argument = require_utf8(stdin.read(), "stdin").rstrip("\n")
             if not argument.strip():
                 raise InvalidParameterError("stdin was empty", "prompts")
-        prompts.append(argument)
+        prompts.append(require_utf8(argument, "the prompt"))
     return prompts
+
+
+def require_utf8(text: str, where: str) -> str:
+    """`text` unchanged, or a clear error when it came from bytes that are not UTF-8.
+
+    Python decodes such stdin and arguments with surrogate escapes, which cannot be sent.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        byte = (
+            ord(text[error.start]) - 0xDC00 if "\udc80" <= text[error.start] <= "\udcff" else None
+        )
+        what = f"byte 0x{byte:02x}" if byte is not None else "a character"
+        raise InvalidParameterError(
+            f"{where} is not UTF-8 text ({what} at character {error.start})"
+        ) from None
+    return text
 
 
 def run_generate(job: GenerateJob) -> int:

@@ -91,6 +91,7 @@ def chat(address: str | None, prompt: str | None, system_prompt: str | None, sta
     """
     from llmd.client import Client, DaemonNotRunningError
     from llmd.commands.daemon_files import raise_if_crashed
+    from llmd.commands.generate import require_utf8
     from llmd.errors import LLMDError
     from llmd.protocol import default_address
 
@@ -100,9 +101,11 @@ def chat(address: str | None, prompt: str | None, system_prompt: str | None, sta
     except LLMDError as error:
         raise _fail(error) from None
     if prompt is None and not sys.stdin.isatty():
-        prompt = sys.stdin.read().strip()
+        prompt = require_utf8(sys.stdin.read(), "stdin").strip()
         if not prompt:
-            raise click.ClickException("prompt: stdin was empty")
+            raise click.ClickException("stdin was empty")
+    if prompt is not None:
+        require_utf8(prompt, "the prompt")
     raise_if_crashed(address)
     if prompt is not None:
         from llmd.tui.chat.oneshot import run_once

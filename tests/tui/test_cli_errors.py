@@ -185,6 +185,24 @@ def test_generate_dash_reads_the_prompt_from_stdin_once():
         read_prompts(("-",), io.StringIO("\n"))
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    [["generate", "-"], ["chat"], ["generate", b"caf\xe9".decode(errors="surrogateescape")]],
+    ids=["generate -", "chat", "argument"],
+)
+def test_text_that_is_not_utf8_is_one_clear_error_line(arguments):
+    process = subprocess.run(
+        [sys.executable, "-m", "llmd.cli", *arguments, "--address", "ipc:///nonexistent/x"],
+        env=subprocess_env(), cwd=REPO_ROOT, input=b"caf\xe9 au lait\n", capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    assert process.returncode == 1
+    where = "the prompt" if len(arguments) > 1 and arguments[1] != "-" else "stdin"
+    assert process.stderr.decode() == (
+        f"Error: {where} is not UTF-8 text (byte 0xe9 at character 3)\n"
+    )
+
+
 def test_writing_to_a_full_stdout_is_an_error_line_not_a_traceback():
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full")
