@@ -18,7 +18,7 @@ from llmd.cli_options import (
     pop_sampling_params,
 )
 from llmd.commands.cli_group import LLMDGroup
-from llmd.commands.help_text import ADDRESS_HELP, MAIN_EPILOG
+from llmd.commands.help_text import ADDRESS_DEFAULT, ADDRESS_HELP, MAIN_EPILOG
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -57,7 +57,7 @@ Examples:
     help="Load the model in this process even when a daemon is running (implied by any "
     "engine flag such as --model).",
 )
-@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
 @click.argument("prompts", nargs=-1, required=True)
 @click.pass_context
 def generate(ctx: click.Context, prompts: tuple[str, ...], as_chat: bool, stats: bool,

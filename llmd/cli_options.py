@@ -14,15 +14,16 @@ import click
 from llmd.config import ATTENTION_BACKENDS, DEVICES, DTYPES, POLICIES
 
 ENGINE_OPTIONS = [
-    click.option("--model", "-m", default=None, help="HF model directory or hub id "
-                 "(default: the small model shipped with llmd)."),
-    click.option("--tokenizer", default=None, help="Tokenizer directory or hub id "
-                 "(default: the model's)."),
+    click.option("--model", "-m", default=None, show_default="the small model shipped with llmd",
+                 help="HF model directory or hub id."),
+    click.option("--tokenizer", default=None, show_default="the model's",
+                 help="Tokenizer directory or hub id."),
     click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
                  help="Weights/activations dtype (auto: bf16 on CUDA and on CPUs with "
                  "AVX512_BF16/AMX, else fp32)."),
     click.option("--num-threads", type=int, default=None,
-                 help="CPU threads of the forward pass (default: the cores llmd may use)."),
+                 show_default="the cores llmd may use",
+                 help="CPU threads of the forward pass."),
     click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
                  help="Where the model runs (auto: CUDA if visible)."),
     click.option("--block-size", type=int, default=16, show_default=True,
@@ -34,7 +35,7 @@ ENGINE_OPTIONS = [
     click.option("--num-blocks", type=int, default=None,
                  help="Explicit number of KV blocks (overrides the memory budget)."),
     click.option("--max-model-len", type=int, default=None,
-                 help="Longest prompt+output in tokens (default: the model's)."),
+                 show_default="the model's", help="Longest prompt+output in tokens."),
     click.option("--max-num-seqs", type=int, default=256, show_default=True,
                  help="Most requests in one step."),
     click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
@@ -54,8 +55,8 @@ ENGINE_OPTIONS = [
                  help="On CPU, pack linear weights once for oneDNN's GEMM (faster at "
                  "decode's batch sizes)."),
     click.option("--async-scheduling/--no-async-scheduling", default=None,
-                 help="Prepare the next step while the device runs this one "
-                 "(default: on for CUDA, off on CPU)."),
+                 show_default="on for CUDA, off on CPU",
+                 help="Prepare the next step while the device runs this one."),
 ]  # fmt: skip
 
 ENGINE_KEYS = (

@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from llmd.commands.help_text import ADDRESS_DEFAULT, ADDRESS_HELP
 from llmd.errors import LLMDError
 
 
@@ -109,7 +110,8 @@ def serve_options(function):
         click.option(
             "--tokenizer",
             default=None,
-            help="sharegpt: model dir with tokenizer.json (default: the daemon's).",
+            show_default="the daemon's",
+            help="sharegpt: model dir with tokenizer.json.",
         ),
         click.option(
             "--arrival",
@@ -131,13 +133,20 @@ def serve_options(function):
             default=None,
             help="Closed loop: at most N requests in flight.",
         ),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option(
+            "--seed",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Seed of the workload: prompts, lengths and arrival times.",
+        ),
         click.option("--slo", default=None, help="Targets for goodput: ttft=MS,tpot=MS,e2e=MS."),
         click.option(
             "--vocab-size",
             type=int,
             default=None,
-            help="Token-id range of random prompts (default: the daemon's vocab).",
+            show_default="the daemon's vocab",
+            help="Token-id range of random prompts.",
         ),
     ]
     for option in reversed(options):
@@ -154,7 +163,7 @@ Examples:
   llmd bench serve --http http://127.0.0.1:8000 --request-rate inf
 """,
 )
-@click.option("--address", default=None, help="Daemon address (default: the user's socket).")
+@click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
 @click.option(
     "--http",
     "http_url",
@@ -215,7 +224,7 @@ Examples:
 """,
 )
 @click.option(
-    "-m", "--model", default=None, help="Model of every daemon (default: the shipped one)."
+    "-m", "--model", default=None, show_default="the shipped one", help="Model of every daemon."
 )
 @click.option(
     "--max-num-batched-tokens",
@@ -285,7 +294,8 @@ Examples:
     "png_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Where to write the PNG (default: FOLDER/sweep.png).",
+    show_default="FOLDER/sweep.png",
+    help="Where to write the PNG.",
 )
 @click.option("--slo", default=None, help="Re-judge goodput under ttft=MS,tpot=MS,e2e=MS.")
 def plot_command(folder: str, png_path: str | None, slo: str | None) -> None:

@@ -15,7 +15,7 @@ import click
 
 from llmd.cli_options import ENGINE_OPTIONS, apply_options, pop_engine_kwargs
 from llmd.commands.cli_group import cli_error
-from llmd.commands.help_text import ADDRESS_HELP
+from llmd.commands.help_text import ADDRESS_DEFAULT, ADDRESS_HELP
 
 STOP_WAIT_S = 10.0
 """After the daemon acknowledged stopping, how long `llmd stop` waits for it to release its
@@ -43,7 +43,7 @@ Examples:
 """
 )
 @apply_options(ENGINE_OPTIONS)
-@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
 @click.option(
     "--allow-remote",
     is_flag=True,
@@ -55,7 +55,8 @@ Examples:
 @click.option(
     "--log-file",
     default=None,
-    help="Log file of a detached daemon (default: in the runtime directory).",
+    show_default="in the runtime directory",
+    help="Log file of a detached daemon.",
 )
 @click.option(
     "--max-queued-requests",
@@ -75,8 +76,8 @@ Examples:
     "--max-connections",
     type=int,
     default=None,
-    help="Most client connections at once; more are refused with a log line "
-    "[default: half the file descriptors free at start].",
+    show_default="half the file descriptors free at start",
+    help="Most client connections at once; more are refused with a log line.",
 )
 @click.option(
     "--slo-ttft-ms", type=float, default=None, help="Time-to-first-token target for goodput."
@@ -166,7 +167,7 @@ Examples:
   llmd stop --now           # abort in-flight requests and exit at once
 """
 )
-@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
 @click.option(
     "--timeout",
     type=float,
@@ -209,7 +210,7 @@ Examples:
   llmd status --address tcp://127.0.0.1:5599
 """
 )
-@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status(address: str | None, as_json: bool) -> None:
     """Show the daemon's model, device, queue, KV-cache use and log file."""
@@ -246,7 +247,7 @@ Examples:
   llmd logs -n 0 -f         # only new lines
 """
 )
-@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing lines as they are written.")
 @click.option(
     "--lines", "-n", type=click.IntRange(min=0), default=50, show_default=True,

@@ -5,10 +5,9 @@ Kept in one place so every command describes the address (and its default) the s
 
 from __future__ import annotations
 
-ADDRESS_HELP = (
-    "Daemon address, ipc://PATH or tcp://HOST:PORT (default: $LLMD_ADDRESS, else an ipc "
-    "socket in $XDG_RUNTIME_DIR/llmd or /tmp/llmd-$UID)."
-)
+ADDRESS_HELP = "Daemon address, ipc://PATH or tcp://HOST:PORT."
+ADDRESS_DEFAULT = "$LLMD_ADDRESS, else an ipc socket in $XDG_RUNTIME_DIR/llmd or /tmp/llmd-$UID"
+"""Shown as `[default: (...)]`: every default is shown by click, in one way."""
 
 MAIN_EPILOG = """\b
 Examples:

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from llmd.commands.cli_group import cli_error
-from llmd.commands.help_text import ADDRESS_HELP
+from llmd.commands.help_text import ADDRESS_DEFAULT, ADDRESS_HELP
 from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS
 
 CHAT_CHECK_TIMEOUT_S = 3.0
@@ -40,11 +40,11 @@ Examples:
   llmd chat --system "Answer in French." --temperature 0.2 --print-transcript
 """
 )
-@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
 @click.option(
     "-p", "--prompt", default=None, help="Ask one question, print the reply to stdout, exit."
 )
-@click.option("--system", "system_prompt", default=None, help="System prompt (none by default).")
+@click.option("--system", "system_prompt", default=None, help="System prompt (none unless given).")
 @click.option(
     "--temperature",
     "-t",
@@ -146,7 +146,7 @@ Examples:
   llmd top --interval 1      # one a second: cheaper on a busy machine
 """
 )
-@click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
 @click.option(
     "--interval",
     type=click.FloatRange(0.1, 60.0),

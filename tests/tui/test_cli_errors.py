@@ -82,13 +82,36 @@ def test_bare_llmd_prints_help_and_exits_0():
     assert "Commands:" in result.output and "_LLMD_COMPLETE=bash_source llmd" in result.output
 
 
+def all_commands(group: click.Group = main, path: tuple[str, ...] = ()):
+    """(words after `llmd`, command) for every command and subcommand."""
+    for name, command in group.commands.items():
+        yield (*path, name), command
+        if isinstance(command, click.Group):
+            yield from all_commands(command, (*path, name))
+
+
+PASS_THROUGH = {("bench", "offline")}
+"""Commands that hand their arguments to another parser (see its own --help)."""
+
+
 def test_every_command_has_an_example_and_described_options():
-    for name, command in main.commands.items():
-        text = CliRunner().invoke(main, [name, "--help"], terminal_width=100).output
-        assert "Examples:" in text, name
+    for words, command in all_commands():
+        if words in PASS_THROUGH:
+            continue
+        text = CliRunner().invoke(main, [*words, "--help"], terminal_width=100).output
+        assert "Examples:" in text, words
         for parameter in command.params:
             if isinstance(parameter, click.Option) and parameter.name != "help":
-                assert parameter.help, f"llmd {name} {parameter.opts[0]} has no description"
+                assert parameter.help, f"llmd {' '.join(words)} {parameter.opts[0]} has no help"
+
+
+def test_every_default_is_shown_one_way():
+    # click's `[default: ...]` after the description, never "(default: ...)" inside it
+    for words, command in all_commands():
+        for parameter in command.params:
+            if isinstance(parameter, click.Option) and parameter.help:
+                help_text = parameter.help.lower()
+                assert "default" not in help_text, f"llmd {' '.join(words)} {parameter.opts[0]}"
 
 
 def test_top_with_no_daemon_fails_at_once_instead_of_retrying(tmp_path):
