@@ -26,6 +26,9 @@ class EngineConfig:
     """Local HF directory or hub id; None means the default model shipped with llmd."""
     tokenizer: str | None = None
     """Tokenizer directory or hub id; None means the model's."""
+    served_model_name: str | None = None
+    """The model's name to clients (HTTP `model` and /v1/models, status, metrics, top);
+    None means `model` as given (a path or hub id), or llmd-default."""
     dtype: str = "auto"
     """Weights and activations: auto (bf16 on CUDA and on CPUs with AVX512_BF16 or AMX, fp32
     on other CPUs), float32, bfloat16, float16."""
@@ -76,6 +79,10 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         require(self.dtype in DTYPES, "dtype", f"must be one of {', '.join(DTYPES)}")
+        if self.served_model_name is not None:
+            name = self.served_model_name
+            is_clean = isinstance(name, str) and bool(name) and name == name.strip()
+            require(is_clean, "served_model_name", f"must be a non-empty name, got {name!r}")
         require(self.device in DEVICES, "device", f"must be one of {', '.join(DEVICES)}")
         _positive_int("block_size", self.block_size)
         require(self.block_size <= 256, "block_size", "must be <= 256")

@@ -94,7 +94,7 @@ class LLMEngine:
         self.config = config
         model = config.model or default_model_dir()
         self.model_path = resolve_model_path(model)
-        self.model_name = config.model or "llmd-default"
+        self.model_name = config.served_model_name or config.model or "llmd-default"
         self.hf_config = load_hf_config(self.model_path)
         self.shape = model_shape(self.hf_config)
         self.max_model_len = self._resolve_max_model_len()
