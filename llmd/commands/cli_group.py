@@ -25,6 +25,7 @@ PARAMETER_OPTIONS = {
     "drain_timeout_s": "drain_timeout",
     "metrics_window_s": "metrics_window",
     "ready_timeout_s": "ready_timeout",
+    "timeout_s": "timeout",
 }
 """Error parameters (config and SamplingParams fields) whose option has another name."""
 

@@ -170,7 +170,7 @@ Examples:
 @click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
 @click.option(
     "--timeout",
-    type=float,
+    type=click.FloatRange(min=0.0),
     default=30.0,
     show_default=True,
     help="Seconds in-flight requests may take to finish; the rest are aborted.",

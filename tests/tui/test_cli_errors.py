@@ -64,6 +64,13 @@ def test_a_bad_flag_value_is_named_by_its_flag_not_an_internal_field(arguments, 
     assert result.output.startswith(f"Error: {expected}")  # not "seed:", "drain_timeout_s:"
 
 
+def test_stop_refuses_a_negative_timeout_before_asking_the_daemon(tmp_path):
+    address = f"ipc://{tmp_path / 'nobody.sock'}"
+    result = CliRunner().invoke(main, ["stop", "--address", address, "--timeout", "-5"])
+    assert result.exit_code == 2
+    assert "Error: Invalid value for '--timeout': -5.0 is not in the range x>=0." in result.output
+
+
 def test_no_daemon_at_the_default_address_is_one_plain_error_line(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.delenv("LLMD_ADDRESS", raising=False)
