@@ -18,6 +18,9 @@ ENGINE_OPTIONS = [
                  help="HF model directory or hub id."),
     click.option("--tokenizer", default=None, show_default="the model's",
                  help="Tokenizer directory or hub id."),
+    click.option("--served-model-name", default=None, show_default="the --model value",
+                 help="The model's name to clients: HTTP `model`, /v1/models, status, "
+                 "metrics."),
     click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True,
                  help="Weights/activations dtype (auto: bf16 on CUDA and on CPUs with "
                  "AVX512_BF16/AMX, else fp32)."),
@@ -60,7 +63,8 @@ ENGINE_OPTIONS = [
 ]  # fmt: skip
 
 ENGINE_KEYS = (
-    "model", "tokenizer", "dtype", "num_threads", "device", "block_size", "kv_cache_memory_gib",
+    "model", "tokenizer", "served_model_name", "dtype", "num_threads", "device", "block_size",
+    "kv_cache_memory_gib",
     "gpu_memory_utilization", "num_blocks", "max_model_len", "max_num_seqs",
     "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
     "scheduling_policy", "seed", "attention_backend", "enforce_eager", "async_scheduling",

@@ -45,3 +45,23 @@ def test_a_blank_or_padded_name_is_a_typed_error(name):
     with pytest.raises(InvalidParameterError) as error:
         EngineConfig(served_model_name=name)
     assert error.value.parameter == "served_model_name"
+
+
+def test_the_flag_reaches_the_engine_config():
+    import click
+    from click.testing import CliRunner
+
+    from llmd.cli_options import ENGINE_OPTIONS, apply_options, pop_engine_kwargs
+
+    seen = {}
+
+    @click.command()
+    @apply_options(ENGINE_OPTIONS)
+    def command(**kwargs):
+        seen["config"] = EngineConfig(**pop_engine_kwargs(kwargs))
+
+    result = CliRunner().invoke(command, ["--served-model-name", "acme/tiny-chat"])
+    assert result.exit_code == 0, result.output
+    assert seen["config"].served_model_name == "acme/tiny-chat"
+    result = CliRunner().invoke(command, ["--served-model-name", ""])
+    assert result.exit_code != 0 and "served_model_name" in str(result.exception)

@@ -111,7 +111,7 @@ def test_cli_reports_typed_errors(tiny_model_dir):
     result = CliRunner().invoke(
         main, ["generate", "--model", str(tiny_model_dir), "--top-p", "2", "hello"]
     )
-    assert result.exit_code != 0 and "top_p" in result.output
+    assert result.exit_code != 0 and "--top-p" in result.output
 
 
 def test_stop_token_id_kept_in_ids_not_in_text(llm):
