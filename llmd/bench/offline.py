@@ -119,66 +119,73 @@ def resolve_device_and_dtype(args) -> tuple[str, torch.dtype]:
     return device.type, resolve_dtype(args.dtype, device)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The benchmark's flags (also those of `llmd bench offline`)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-requests", type=int, default=64)
-    parser.add_argument("--max-prompt", type=int, default=512)
-    parser.add_argument("--max-output", type=int, default=256)
-    parser.add_argument("--hf-batch-size", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    parser.add_argument("--kv-cache-memory-gib", type=float, default=4.0)
-    parser.add_argument("--skip-hf", action="store_true", help="measure llmd only")
-    parser.add_argument("--skip-llmd", action="store_true", help="measure HF only")
-    parser.add_argument("--json", type=Path, default=None, help="write results here")
-    parser.add_argument("--model", type=Path, default=None, help="existing checkpoint dir")
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2-135m")
-    parser.add_argument(
-        "--checkpoint-dir",
-        type=Path,
-        default=None,
-        help="create the random checkpoint here and keep it (reused if it has config.json)",
-    )
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    parser.add_argument(
-        "--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto"
-    )
-    parser.add_argument(
-        "--attention-backend", choices=["auto", "cpu", "torch", "triton"], default="auto"
-    )
-    parser.add_argument("--num-threads", type=int, default=None, help="llmd's CPU threads")
-    parser.add_argument(
-        "--cpu-limits",
-        action="store_true",
-        help="also measure copy GB/s, decode attention GB/s and decode steps vs GEMM (CPU)",
-    )
-    parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs in llmd")
-    parser.add_argument(
-        "--prepack-weights", action=argparse.BooleanOptionalAction, default=True,
-        help="llmd on CPU runs oneDNN's GEMM on weights packed at load (prepack_weights)",
+EXAMPLES = """\
+Examples:
+  llmd bench offline --num-requests 64 --repeats 3            # SmolLM2-135M shape, CPU or GPU
+  llmd bench offline --cpu-limits --skip-hf --repeats 1       # llmd against this CPU's limits
+  llmd bench offline --shape qwen3-0.6b --device cuda --num-requests 256 --warmup-requests 16
+"""
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The benchmark's flags (also those of `llmd bench offline`), each described."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__.splitlines()[0], epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    parser.add_argument("--max-model-len", type=int, default=None)
-    parser.add_argument(
-        "--async-scheduling", choices=["auto", "on", "off"], default="auto",
-        help="llmd's async scheduling (auto: on for CUDA, off on CPU)",
-    )  # fmt: skip
-    parser.add_argument("--gpu-memory-utilization", type=float, default=None)
-    parser.add_argument(
-        "--warmup-requests",
-        type=int,
-        default=0,
-        help="untimed llmd run of this many requests first, lengths as the workload's "
-        "(compiles Triton kernels)",
-    )
+
+    def add(*names: str, help: str, **kwargs) -> None:
+        shown = kwargs.get("default")
+        is_flag = kwargs.get("action") == "store_true"
+        suffix = "" if is_flag or shown is None else " [default: %(default)s]"
+        parser.add_argument(*names, help=help + suffix, **kwargs)
+
+    add("--num-requests", type=int, default=64, help="Requests in the workload.")
+    add("--max-prompt", type=int, default=512, help="Longest prompt (tokens; shortest 16).")
+    add("--max-output", type=int, default=256, help="Longest output (tokens; shortest 8).")
+    add("--hf-batch-size", type=int, default=16, help="HF's static batch size.")
+    add("--repeats", type=int, default=3, help="Timed runs; the report is their median.")
+    add("--seed", type=int, default=0, help="Seed of the workload's lengths and tokens.")
+    add("--max-num-seqs", type=int, default=256, help="llmd's most requests in one step.")
+    add("--max-num-batched-tokens", type=int, default=2048, help="llmd's token budget per step.")
+    add("--kv-cache-memory-gib", type=float, default=4.0, help="llmd's KV cache on CPU, GiB.")
+    add("--skip-hf", action="store_true", help="Measure llmd only.")
+    add("--skip-llmd", action="store_true", help="Measure HF only.")
+    add("--json", type=Path, default=None, help="Write the runs and medians to this file.")
+    add("--model", type=Path, default=None,
+        help="An existing checkpoint directory instead of a random one.")  # fmt: skip
+    add("--shape", choices=sorted(SHAPES), default="smollm2-135m",
+        help="Shape of the random checkpoint.")  # fmt: skip
+    add("--checkpoint-dir", type=Path, default=None,
+        help="Create the random checkpoint here and keep it (reused if it has "
+        "config.json).")  # fmt: skip
+    add("--device", choices=["auto", "cpu", "cuda"], default="auto",
+        help="Where both engines run (auto: CUDA if visible).")  # fmt: skip
+    add("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
+        help="Both engines' dtype (auto: llmd's choice for the device).")  # fmt: skip
+    add("--attention-backend", choices=["auto", "cpu", "torch", "triton"], default="auto",
+        help="llmd's attention backend.")  # fmt: skip
+    add("--num-threads", type=int, default=None, help="llmd's CPU threads.")
+    add("--cpu-limits", action="store_true",
+        help="Also measure copy GB/s, decode attention GB/s and decode steps vs GEMM "
+        "(CPU).")  # fmt: skip
+    add("--enforce-eager", action="store_true", help="No CUDA graphs in llmd.")
+    add("--prepack-weights", action=argparse.BooleanOptionalAction, default=True,
+        help="llmd on CPU runs oneDNN's GEMM on weights packed at load.")  # fmt: skip
+    add("--max-model-len", type=int, default=None, help="llmd's longest prompt+output.")
+    add("--async-scheduling", choices=["auto", "on", "off"], default="auto",
+        help="llmd's async scheduling (auto: on for CUDA, off on CPU).")  # fmt: skip
+    add("--gpu-memory-utilization", type=float, default=None,
+        help="llmd's share of the free GPU memory.")  # fmt: skip
+    add("--warmup-requests", type=int, default=0,
+        help="Untimed llmd run of this many requests first, lengths as the workload's "
+        "(compiles Triton kernels).")  # fmt: skip
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the benchmark with `argv` (default: sys.argv[1:]); returns the exit status."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     arch, shape, shape_dtype = SHAPES[args.shape]
     hf_device, hf_dtype = resolve_device_and_dtype(args)
 

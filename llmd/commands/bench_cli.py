@@ -326,7 +326,7 @@ def offline_command(args: tuple[str, ...]) -> None:
         raise click.ClickException(
             "this llmd has no offline benchmark (llmd.bench.offline)"
         ) from None
-    sys.exit(offline_main(list(args)))
+    sys.exit(offline_main(list(args), prog="llmd bench offline"))
 
 
 def register(main: click.Group) -> None:

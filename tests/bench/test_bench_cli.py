@@ -14,14 +14,14 @@ def test_offline_forwards_every_argument_and_the_exit_code(monkeypatch):
     calls = []
     fake = types.ModuleType("llmd.bench.offline")
 
-    def fake_main(argv=None):
-        calls.append(argv)
+    def fake_main(argv=None, prog=None):
+        calls.append((argv, prog))
         return 3
 
     fake.main = fake_main
     monkeypatch.setitem(sys.modules, "llmd.bench.offline", fake)
     result = CliRunner().invoke(main, ["bench", "offline", "--num-prompts", "8", "--help"])
-    assert calls == [["--num-prompts", "8", "--help"]]
+    assert calls == [(["--num-prompts", "8", "--help"], "llmd bench offline")]
     assert result.exit_code == 3
 
 
@@ -43,3 +43,14 @@ def test_bench_modules_do_not_import_torch():
     )
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert completed.stdout.strip() == "False", completed.stderr
+
+
+def test_offline_help_names_the_command_describes_every_option_and_has_examples():
+    from llmd.bench.offline import build_parser
+
+    result = CliRunner().invoke(main, ["bench", "offline", "--help"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("usage: llmd bench offline")
+    assert "Examples:\n  llmd bench offline" in result.output
+    for action in build_parser()._actions:
+        assert action.help, f"llmd bench offline {action.option_strings[0]} has no help"
