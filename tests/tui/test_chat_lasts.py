@@ -64,12 +64,14 @@ async def test_a_prompt_the_daemon_finds_too_long_is_sent_again_with_less_histor
         await submit(pilot, "second")
         await wait_for(pilot, lambda: len(client.requests) == 3 and not app.conversation.is_waiting)
         texts = notices(app)
+        num_prompts_shown = len(app.query(".prompt"))
     assert client.requests[2]["messages"] == [{"role": "user", "content": "second"}]
     assert app.conversation.turns[-1] == {"role": "assistant", "content": "two"}
     assert (
-        "Dropped the 1 oldest exchange so the conversation fits the model's 256-token context."
+        "Dropped the oldest exchange so the conversation fits the model's 256-token context."
         in texts
     )
+    assert num_prompts_shown == 2  # "first" and "second": the retry does not show it again
 
 
 async def test_a_restart_and_a_stopped_daemon_are_told_apart_from_esc():

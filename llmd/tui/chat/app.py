@@ -154,10 +154,12 @@ class ChatApp(App):
         await self._start_reply(prompt, messages)
 
     def _trim_notice(self, num_dropped: int) -> str:
-        exchanges = "exchange" if num_dropped == 1 else "exchanges"
+        dropped = (
+            "the oldest exchange" if num_dropped == 1 else f"the {num_dropped} oldest exchanges"
+        )
         kept = " (the system prompt is kept)" if self.conversation.system_prompt else ""
         return (
-            f"Dropped the {num_dropped} oldest {exchanges} so the conversation fits the "
+            f"Dropped {dropped} so the conversation fits the "
             f"model's {self.conversation.max_model_len}-token context{kept}."
         )
 
@@ -415,7 +417,7 @@ class ChatApp(App):
             await reply.finish("too long for the context: sent again with less history")
             prompt = self.conversation.pending_prompt
             await self._add(Notice(self._trim_notice(1)))
-            await self._start_reply(prompt, self.conversation.messages())
+            await self._start_reply(prompt, self.conversation.messages(), show_prompt=False)
             return
         is_gone = getattr(error, "code", None) == "daemon_not_running"
         await reply.finish("cut off: the daemon stopped" if is_gone else "failed")
