@@ -100,7 +100,7 @@ async def test_a_restart_and_a_stopped_daemon_are_told_apart_from_esc():
 async def test_a_daemon_that_stops_while_the_chat_is_idle_is_noticed(monkeypatch):
     # A real client fails a health check only after its timeout, longer than the poll
     # interval: each poll must wait for the last one instead of cancelling it.
-    monkeypatch.setattr("llmd.tui.chat.app.HEALTH_POLL_S", 0.05)
+    monkeypatch.setattr("llmd.tui.chat.daemon_watch.HEALTH_POLL_S", 0.05)
     app, client = make_app()
     async with app.run_test() as pilot:
         await wait_for(pilot, lambda: app.daemon_health is not None)

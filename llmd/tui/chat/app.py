@@ -7,7 +7,6 @@ own the conversation state and the widgets, so a stopped reply can never be half
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from typing import Any, ClassVar
 
 from textual import work
@@ -18,50 +17,30 @@ from textual.widgets import Footer, Static
 from textual.worker import Worker
 
 from llmd.client import Accepted, Finished, PrefillProgress, TokenDelta
-from llmd.commands.generate_output import fitted_max_tokens, refused_max_tokens
-from llmd.errors import LLMDError, user_message
 from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.assistant_reply import AssistantReply
-from llmd.tui.chat.commands import COMMAND_HELP, is_command, parse_command, unescape_prompt
+from llmd.tui.chat.command_runner import CommandRunner
+from llmd.tui.chat.commands import KEYS_HELP, is_command, unescape_prompt
 from llmd.tui.chat.conversation import Conversation
-from llmd.tui.chat.events import (
-    DaemonInfo,
-    ReplyAccepted,
-    ReplyDelta,
-    ReplyFailed,
-    ReplyFinished,
-    ReplyPrefill,
-    StatsFetched,
-)
+from llmd.tui.chat.daemon_watch import DaemonWatch, daemon_identity
+from llmd.tui.chat.events import ReplyAccepted, ReplyDelta, ReplyFailed, ReplyFinished, ReplyPrefill
 from llmd.tui.chat.history import PromptHistory
-from llmd.tui.chat.notice import Notice
+from llmd.tui.chat.notice import Notice, describe_error
 from llmd.tui.chat.prompt_input import PromptInput
+from llmd.tui.chat.reply_retry import ReplyRetry, trim_notice
 from llmd.tui.chat.reply_stats import format_reply_stats
-from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS, apply_setting, describe, describe_all
+from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS, describe
 from llmd.tui.chat.user_message import UserMessage
 from llmd.tui.formatting import printable
 
+__all__ = ["KEYS_HELP", "ChatApp", "create_chat_app", "daemon_identity", "describe_error"]
+"""Names other code imports from here; the rest live in the modules they come from."""
+
 ABORT_GRACE_S = 3.0
 """After Esc, how long the daemon has to confirm the abort before the stream is dropped."""
-HEALTH_POLL_S = 2.0
-"""How often the chat checks that the daemon is there and still the same one."""
-KEYS_HELP = (
-    "Enter sends · Shift+Enter or Ctrl+J adds a line · Esc or Ctrl+C stops a reply · "
-    "↑/↓ prompt history · Ctrl+Q quits"
-)
 
 
-def describe_error(error: BaseException) -> str:
-    """What went wrong, in words: no error codes, no internal parameter names."""
-    return user_message(error)
-
-
-def daemon_identity(health: dict[str, Any]) -> tuple[Any, ...]:
-    """What changes when a different daemon answers: its instance id (if sent), pid, start."""
-    return (health.get("instance_id"), health.get("pid"))
-
-
-class ChatApp(App):
+class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
     """A chat with the model served by one llmd daemon."""
 
     CSS_PATH = "chat.tcss"
@@ -108,8 +87,7 @@ class ChatApp(App):
         self.query_one("#prompt", PromptInput).focus()
         self._update_status()
         await self._add(Notice(f"Connected to {self.address}. {KEYS_HELP}. /help for commands."))
-        self._fetch_health()
-        self.set_interval(HEALTH_POLL_S, self._poll_health)
+        self._watch_daemon()
 
     def _update_status(self, activity: str = "") -> None:
         model = (
@@ -150,18 +128,9 @@ class ChatApp(App):
         num_trimmed = self.conversation.num_trimmed
         messages = self.conversation.begin(prompt)
         if self.conversation.num_trimmed > num_trimmed:
-            await self._add(Notice(self._trim_notice(self.conversation.num_trimmed - num_trimmed)))
+            num_dropped = self.conversation.num_trimmed - num_trimmed
+            await self._add(Notice(trim_notice(self.conversation, num_dropped)))
         await self._start_reply(prompt, messages)
-
-    def _trim_notice(self, num_dropped: int) -> str:
-        dropped = (
-            "the oldest exchange" if num_dropped == 1 else f"the {num_dropped} oldest exchanges"
-        )
-        kept = " (the system prompt is kept)" if self.conversation.system_prompt else ""
-        return (
-            f"Dropped {dropped} so the conversation fits the "
-            f"model's {self.conversation.max_model_len}-token context{kept}."
-        )
 
     async def _start_reply(
         self,
@@ -182,70 +151,6 @@ class ChatApp(App):
         await self._add(self.active_reply)
         self._update_status("generating…")
         self._reply_worker = self._stream_reply(self.reply_number, messages, params)
-
-    async def _retry_with_fitted_max_tokens(self, reply: AssistantReply, error: Any) -> bool:
-        """max_tokens leaves the prompt no room: send again asking for what fits; False if
-        `error` is no such refusal. The setting itself stays as the user chose it."""
-        fit = refused_max_tokens(error)
-        prompt = self.conversation.pending_prompt
-        if fit is None or prompt is None:
-            return False
-        num_prompt_tokens, context_len = fit
-        wanted = self._sent_params.max_tokens
-        max_tokens = fitted_max_tokens(num_prompt_tokens, wanted, context_len)
-        if max_tokens >= wanted:
-            return False
-        await reply.remove()  # the refused attempt has no text: the retry takes its place
-        self.active_reply = None
-        await self._add(
-            Notice(
-                f"max_tokens {wanted} does not fit: the prompt has {num_prompt_tokens} tokens "
-                f"of the model's {context_len}-token context, so this reply may use at most "
-                f"{max_tokens}."
-            )
-        )
-        params = dataclasses.replace(self._sent_params, max_tokens=max_tokens)
-        await self._start_reply(prompt, self._sent_messages, params, show_prompt=False)
-        return True
-
-    async def _run_command(self, text: str) -> None:
-        try:
-            command = parse_command(text)
-            if command.name == "clear":
-                await self.action_clear()
-            elif command.name == "system":
-                self.conversation.system_prompt = command.argument or None
-                shown = f"set to: {command.argument}" if command.argument else "removed"
-                await self._add(Notice(f"System prompt {shown}. It applies from the next reply."))
-            elif command.name == "set" and not command.argument:
-                await self._add(Notice(describe_all(self.conversation.params)))
-            elif command.name == "set":
-                name, value = command.argument.split()
-                self.conversation.params = apply_setting(self.conversation.params, name, value)
-                await self._add(Notice(f"Settings: {describe(self.conversation.params)}"))
-            elif command.name == "save":
-                await self._save(command.argument)
-            elif command.name == "stats":
-                self._fetch_stats()
-            elif command.name == "help":
-                await self._add(Notice("\n".join([*COMMAND_HELP.values(), KEYS_HELP])))
-            elif command.name == "quit":
-                self.exit()
-        except LLMDError as error:
-            await self._add(Notice(describe_error(error), is_error=True))
-        self._update_status("generating…" if self.conversation.is_waiting else "")
-
-    async def _save(self, path_text: str) -> None:
-        """Write the transcript to a file (a failure is a notice, not a crash)."""
-        from pathlib import Path
-
-        path = Path(path_text).expanduser()
-        try:
-            path.write_text(self.conversation.transcript(), encoding="utf-8")
-        except OSError as error:
-            await self._add(Notice(f"Cannot save to {path}: {error.strerror}", is_error=True))
-            return
-        await self._add(Notice(f"Saved the conversation to {path}."))
 
     # ------------------------------------------------------------------ actions
 
@@ -329,36 +234,6 @@ class ChatApp(App):
         with contextlib.suppress(Exception):  # a lost daemon is caught by the stream itself
             await self.client.abort(client_id)
 
-    def _poll_health(self) -> None:
-        """Check the daemon, unless the last check still waits (the client's timeout, longer
-        than the poll interval, is how a stopped daemon is noticed: never cut it short)."""
-        if not self._is_health_pending:
-            self._fetch_health()
-
-    @work(group="info", exclusive=True)
-    async def _fetch_health(self) -> None:
-        self._is_health_pending = True
-        try:
-            health = await self.client.health()
-            if daemon_identity(health) != daemon_identity(self.daemon_health or {}):
-                facts = await self.client.stats(include_requests=False, include_block_map=False)
-                health = {**health, "max_model_len": facts.get("daemon", {}).get("max_model_len")}
-            else:
-                health = {**health, "max_model_len": self.conversation.max_model_len}
-            self.post_message(DaemonInfo(health))
-        except Exception as error:
-            self.post_message(DaemonInfo(None, error))
-        finally:
-            self._is_health_pending = False
-
-    @work(group="stats", exclusive=True)
-    async def _fetch_stats(self) -> None:
-        try:
-            snapshot = await self.client.stats(include_requests=False, include_block_map=False)
-            self.post_message(StatsFetched(snapshot))
-        except Exception as error:
-            self.post_message(StatsFetched(None, error))
-
     # ------------------------------------------------------------------ worker events
 
     def _current(self, number: int) -> AssistantReply | None:
@@ -409,15 +284,7 @@ class ChatApp(App):
         error = event.error
         if await self._retry_with_fitted_max_tokens(reply, error):
             return
-        is_too_long = getattr(error, "code", None) == "request_too_large" and (
-            getattr(error, "parameter", None) == "prompt"
-        )
-        if is_too_long and self.conversation.pending_prompt and self.conversation.drop_oldest():
-            # the estimate was short: drop one more exchange and send again
-            await reply.finish("too long for the context: sent again with less history")
-            prompt = self.conversation.pending_prompt
-            await self._add(Notice(self._trim_notice(1)))
-            await self._start_reply(prompt, self.conversation.messages(), show_prompt=False)
+        if await self._retry_with_less_history(reply, error):
             return
         is_gone = getattr(error, "code", None) == "daemon_not_running"
         await reply.finish("cut off: the daemon stopped" if is_gone else "failed")
@@ -427,53 +294,6 @@ class ChatApp(App):
             self._daemon_lost()
         await self._add(Notice(describe_error(error), is_error=True))
         self._update_status()
-
-    def _daemon_lost(self) -> None:
-        self.is_daemon_lost = True
-
-    async def on_daemon_info(self, event: DaemonInfo) -> None:
-        activity = "generating…" if self.conversation.is_waiting else ""
-        if event.health is None:
-            if not self.is_daemon_lost:
-                self._daemon_lost()
-                await self._add(
-                    Notice(
-                        f"The daemon stopped answering at {self.address}; the chat reconnects "
-                        "when it is back (start it with: llmd serve).",
-                        is_error=True,
-                    )
-                )
-            self._update_status(activity)
-            return
-        health, previous = event.health, self.daemon_health
-        if previous is not None and daemon_identity(health) != daemon_identity(previous):
-            model = str(health.get("model", "?")).rstrip("/").rsplit("/", 1)[-1]
-            change = (
-                "" if health.get("model") == previous.get("model") else f", now serving {model}"
-            )
-            await self._add(
-                Notice(
-                    f"The daemon restarted (pid {previous.get('pid')} → {health.get('pid')})"
-                    f"{change}. The conversation is kept."
-                )
-            )
-        elif self.is_daemon_lost:
-            await self._add(Notice("The daemon is answering again."))
-        self.is_daemon_lost = False
-        self.daemon_health = health
-        self.model_name = str(health.get("model", "?")).rstrip("/").rsplit("/", 1)[-1]
-        max_model_len = health.get("max_model_len")
-        self.conversation.max_model_len = max_model_len if isinstance(max_model_len, int) else None
-        self._update_status(activity)
-
-    async def on_stats_fetched(self, event: StatsFetched) -> None:
-        if event.snapshot is None:
-            await self._add(Notice(describe_error(event.error), is_error=True))
-            return
-        from llmd.commands.daemon_cli import format_status, status_report
-
-        lines = [format_status(status_report(event.snapshot)), "", self.conversation.summary()]
-        await self._add(Notice("\n".join(lines)))
 
     async def on_unmount(self) -> None:
         with contextlib.suppress(Exception):

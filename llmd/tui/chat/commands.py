@@ -20,6 +20,11 @@ COMMAND_HELP = {
     "quit": "/quit: leave (also Ctrl+Q)",
 }
 """Every command with its one-line help, in the order /help lists them."""
+KEYS_HELP = (
+    "Enter sends · Shift+Enter or Ctrl+J adds a line · Esc or Ctrl+C stops a reply · "
+    "↑/↓ prompt history · Ctrl+Q quits"
+)
+"""The chat's keys, as the first notice and /help list them."""
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
+from llmd.errors import user_message
+
+
+def describe_error(error: BaseException) -> str:
+    """What went wrong, in words: no error codes, no internal parameter names."""
+    return user_message(error)
+
 
 class Notice(Static):
     """Plain text in the conversation; `is_error` styles it as a problem."""
