@@ -40,5 +40,6 @@ async def test_a_long_exchange_is_readable_in_full_at_every_size(size):
         start = shown.index(expected[0])
         assert shown[start : start + len(expected)] == expected, (size, screen)
     assert "tiny-llama" in screen  # the header names the model
+    assert "system prompt set" in " ".join(words(screen))  # the header is wrapped, not cut
     assert "tok/s" in screen  # the reply's stats line
     assert "Message the model" in screen  # the input's placeholder: ready for the next turn

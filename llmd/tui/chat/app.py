@@ -93,11 +93,11 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
         model = (
             self.model_name if not self.is_daemon_lost else f"{self.model_name} (daemon stopped)"
         )
-        parts = [model, describe(self.conversation.params)]
+        # Most important first; a narrow terminal wraps the line instead of cutting it.
+        parts = [model, activity] if activity else [model]
+        parts.append(describe(self.conversation.params))
         if self.conversation.system_prompt:
             parts.append("system prompt set")
-        if activity:
-            parts.append(activity)
         self.query_one("#status", Static).update(" │ ".join(parts))
 
     async def _add(self, widget: Any) -> None:
