@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from llmd.bench.triton_compiles import counting_triton_compiles
 from llmd.bench.workload import SHAPES, make_checkpoint, make_workload
 
 
@@ -31,22 +32,23 @@ def run_llmd(path: Path, workload, engine_options: dict, info: dict | None = Non
     """Seconds to finish the whole workload with llmd's engine, and output tokens produced.
 
     When `info` is given it receives what the engine ran on (device, dtype, backend, KV
-    blocks, CUDA graphs captured and replayed).
+    blocks, CUDA graphs captured and replayed) and the Triton kernels compiled while timed.
     """
     from llmd.config import EngineConfig
     from llmd.llm_engine import LLMEngine
     from llmd.sampling_params import SamplingParams
 
     engine = LLMEngine(EngineConfig(model=str(path), skip_tokenizer_init=True, **engine_options))
-    start = time.perf_counter()
-    for prompt, num_output in workload:
-        params = SamplingParams(temperature=0.0, max_tokens=num_output, ignore_eos=True)
-        engine.add_request(prompt, params)
-    num_output_tokens = 0
-    while engine.has_unfinished_requests():
-        for update in engine.step().updates:
-            num_output_tokens += len(update.new_token_ids)
-    elapsed = time.perf_counter() - start
+    with counting_triton_compiles() as compiled:
+        start = time.perf_counter()
+        for prompt, num_output in workload:
+            params = SamplingParams(temperature=0.0, max_tokens=num_output, ignore_eos=True)
+            engine.add_request(prompt, params)
+        num_output_tokens = 0
+        while engine.has_unfinished_requests():
+            for update in engine.step().updates:
+                num_output_tokens += len(update.new_token_ids)
+        elapsed = time.perf_counter() - start
     if info is not None:
         runner = engine.runner
         graph_runner = runner.graph_runner
@@ -59,6 +61,8 @@ def run_llmd(path: Path, workload, engine_options: dict, info: dict | None = Non
             num_cuda_graphs=len(runner.graph_batch_sizes) if graph_runner else 0,
             num_graph_replays=graph_runner.num_replays if graph_runner else 0,
             async_scheduling=engine.async_scheduling,
+            # None without Triton's hook; a non-empty list means compiles inside the timing.
+            triton_compiles_timed=None if compiled is None else list(compiled),
         )
     del engine
     gc.collect()
@@ -235,6 +239,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             if not args.skip_llmd:
                 llmd_s, llmd_tokens = run_llmd(path, workload, engine_options, engine_info)
                 run.update(llmd_s=llmd_s, llmd_tok_s=llmd_tokens / llmd_s)
+                compiled = engine_info.get("triton_compiles_timed")
+                if compiled is not None:
+                    run["llmd_triton_compiles"] = len(compiled)
+                if compiled:
+                    print(f"warning: {len(compiled)} Triton compiles inside the timed run "
+                          f"({', '.join(sorted(set(compiled)))}): this run's figure includes "
+                          "them; raise --warmup-requests or --repeats", flush=True)  # fmt: skip
             if not args.skip_hf:
                 hf_s, hf_tokens = run_hf_static(
                     path, workload, args.hf_batch_size, hf_device, hf_dtype
