@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from llmd.config import ATTENTION_BACKENDS, DEVICES, DTYPES, POLICIES
+from llmd.config import ATTENTION_BACKENDS, DEVICES, DTYPES, KV_CACHE_DTYPES, POLICIES
 
 ENGINE_OPTIONS = [
     click.option("--model", "-m", default=None, show_default="the small model shipped with llmd",
@@ -29,6 +29,10 @@ ENGINE_OPTIONS = [
                  help="CPU threads of the forward pass."),
     click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True,
                  help="Where the model runs (auto: CUDA if visible)."),
+    click.option("--kv-cache-dtype", type=click.Choice(KV_CACHE_DTYPES), default="auto",
+                 show_default=True,
+                 help="KV cache element type (auto: the model's). bfloat16 under float32 "
+                 "activations halves decode attention's memory traffic (cpu backend)."),
     click.option("--block-size", type=int, default=16, show_default=True,
                  help="Tokens per KV-cache block."),
     click.option("--kv-cache-memory-gib", type=float, default=1.0, show_default=True,
@@ -63,7 +67,8 @@ ENGINE_OPTIONS = [
 ]  # fmt: skip
 
 ENGINE_KEYS = (
-    "model", "tokenizer", "served_model_name", "dtype", "num_threads", "device", "block_size",
+    "model", "tokenizer", "served_model_name", "dtype", "num_threads", "device",
+    "kv_cache_dtype", "block_size",
     "kv_cache_memory_gib",
     "gpu_memory_utilization", "num_blocks", "max_model_len", "max_num_seqs",
     "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",

@@ -13,6 +13,7 @@ from typing import Any
 from llmd.errors import InvalidParameterError, require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
 POLICIES = ("fcfs", "priority")
 ATTENTION_BACKENDS = ("auto", "cpu", "torch", "triton")
@@ -34,6 +35,10 @@ class EngineConfig:
     on other CPUs), float32, bfloat16, float16."""
     device: str = "auto"
     """auto (cuda when available), cpu or cuda."""
+    kv_cache_dtype: str = "auto"
+    """KV cache element type: auto (the model's dtype), float32 or bfloat16. bfloat16 under
+    float32 activations halves the bytes decode attention reads (the cpu attention backend
+    only): K/V are rounded to bf16, attention still computes in float32."""
     block_size: int = 16
     """Tokens per KV-cache block (the paging granularity)."""
     kv_cache_memory_gib: float = 1.0
@@ -84,6 +89,11 @@ class EngineConfig:
             is_clean = isinstance(name, str) and bool(name) and name == name.strip()
             require(is_clean, "served_model_name", f"must be a non-empty name, got {name!r}")
         require(self.device in DEVICES, "device", f"must be one of {', '.join(DEVICES)}")
+        require(
+            self.kv_cache_dtype in KV_CACHE_DTYPES,
+            "kv_cache_dtype",
+            f"must be one of {', '.join(KV_CACHE_DTYPES)}",
+        )
         _positive_int("block_size", self.block_size)
         require(self.block_size <= 256, "block_size", "must be <= 256")
         if self.num_threads is not None:

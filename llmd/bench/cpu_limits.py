@@ -46,8 +46,12 @@ def decode_attention_gbps(
     num_layers: int = 8,
     backend_name: str = "cpu",
     repeats: int = 5,
+    cache_dtype: torch.dtype | None = None,
 ) -> dict:
     """GB/s of K/V read by one decode step's attention over `num_layers` separate caches.
+
+    `cache_dtype` (default `dtype`) is the KV cache's element type: bfloat16 under float32
+    activations is `kv_cache_dtype=bfloat16`.
 
     Several layers' caches (together larger than the last-level cache) are visited in
     turn, as in a real forward pass, so the K/V come from memory rather than L3.
@@ -63,8 +67,10 @@ def decode_attention_gbps(
         [1] * num_seqs, [context_len] * num_seqs, block_size, num_blocks, generator=generator
     )
     k_shape, v_shape = backend.kv_cache_shapes(num_blocks, block_size, num_kv_heads, head_dim)
+    cache_dtype = cache_dtype or dtype
     caches = [
-        (torch.randn(k_shape).to(dtype), torch.randn(v_shape).to(dtype)) for _ in range(num_layers)
+        (torch.randn(k_shape).to(cache_dtype), torch.randn(v_shape).to(cache_dtype))
+        for _ in range(num_layers)
     ]
     query = torch.randn(num_seqs, num_heads, head_dim).to(dtype)  # [seqs, heads, head_dim]
     key = torch.randn(num_seqs, num_kv_heads, head_dim).to(dtype)

@@ -169,6 +169,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="Both engines' dtype (auto: llmd's choice for the device).")  # fmt: skip
     add("--attention-backend", choices=["auto", "cpu", "torch", "triton"], default="auto",
         help="llmd's attention backend.")  # fmt: skip
+    add("--kv-cache-dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+        help="llmd's KV cache element type (auto: the model's).")  # fmt: skip
     add("--num-threads", type=int, default=None, help="llmd's CPU threads.")
     add("--cpu-limits", action="store_true",
         help="Also measure copy GB/s, decode attention GB/s and decode steps vs GEMM "
@@ -213,6 +215,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             "device": args.device,
             "dtype": args.dtype,
             "attention_backend": args.attention_backend,
+            "kv_cache_dtype": args.kv_cache_dtype,
             "enforce_eager": args.enforce_eager,
             "num_threads": args.num_threads,
             "prepack_weights": args.prepack_weights,
@@ -292,10 +295,12 @@ def measure_cpu_limits(path: Path, shape: dict, engine_options: dict) -> dict:
     copy_gbps = cpu_limits.copy_bandwidth_gbps()
     print(f"copy bandwidth: {copy_gbps:.1f} GB/s (bytes read)", flush=True)
     limits: dict = {"copy_gbps": copy_gbps, "dtype": str(dtype).removeprefix("torch.")}
-    for backend in ("cpu", "torch"):
+    kv_name = engine_options.get("kv_cache_dtype", "auto")
+    cache_dtype = dtype if kv_name == "auto" else getattr(torch, kv_name)
+    for backend in ("cpu", "torch") if cache_dtype == dtype else ("cpu",):
         attention = cpu_limits.decode_attention_gbps(
             num_heads=num_heads, num_kv_heads=shape["num_key_value_heads"], head_dim=head_dim,
-            dtype=dtype, backend_name=backend,
+            dtype=dtype, backend_name=backend, cache_dtype=cache_dtype,
         )  # fmt: skip
         attention["pct_of_copy"] = 100 * attention["gbps"] / copy_gbps
         limits[f"decode_attention_{backend}"] = attention

@@ -57,3 +57,27 @@ def allocate_kv_cache(
         )
         for _ in range(num_layers)
     ]
+
+
+KV_CACHE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def resolve_kv_cache_dtype(name: str, model_dtype: torch.dtype, backend_name: str) -> torch.dtype:
+    """The KV cache's element type: `auto` is the model's; another needs the cpu backend.
+
+    Only the cpu attention op reads a cache whose dtype differs from the activations'
+    (it computes in float32 either way); the torch and Triton paths store K/V as they are.
+    """
+    if name == "auto":
+        return model_dtype
+    if name not in KV_CACHE_DTYPES:
+        raise InvalidParameterError(f"unknown KV cache dtype {name!r}", "kv_cache_dtype")
+    dtype = KV_CACHE_DTYPES[name]
+    if dtype != model_dtype and backend_name != "cpu":
+        model_name = str(model_dtype).removeprefix("torch.")
+        raise InvalidParameterError(
+            f"{name} under {model_name} activations needs the cpu attention backend "
+            f"(the {backend_name} backend keeps K/V in the model's dtype)",
+            "kv_cache_dtype",
+        )
+    return dtype

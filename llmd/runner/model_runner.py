@@ -34,6 +34,7 @@ from llmd.runner.kv_cache import (
     allocate_kv_cache,
     kv_bytes_per_block,
     num_blocks_for_budget,
+    resolve_kv_cache_dtype,
 )
 from llmd.runner.memory_profile import MemoryProfile, non_torch_bytes
 from llmd.runner.pending_step import PendingStep, RunnerOutput, StepEvents
@@ -74,6 +75,7 @@ class ModelRunner:
         # The engine's resolved longest context: it sizes the graphs' block tables.
         self.max_model_len = max_model_len or self.shape.max_model_len
         self.backend = create_attention_backend(config.attention_backend, self.device)
+        self.kv_dtype = resolve_kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.backend.name)
         # Free device memory before anything of ours is loaded: the KV budget's base.
         self.free_bytes_at_start = (
             torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else 0
@@ -91,7 +93,7 @@ class ModelRunner:
             self.shape.num_kv_heads,
             self.shape.head_dim,
             self.block_size,
-            self.dtype,
+            self.kv_dtype,
         )
         self.graph_batch_sizes = self._decide_graph_batch_sizes()
         self.graph_reserve_bytes = 0.0  # set aside for graphs when KV is sized by profiling
@@ -102,7 +104,7 @@ class ModelRunner:
             self.block_size,
             self.shape.num_kv_heads,
             self.shape.head_dim,
-            self.dtype,
+            self.kv_dtype,
             self.device,
             shapes=self.backend.kv_cache_shapes(
                 self.num_blocks, self.block_size, self.shape.num_kv_heads, self.shape.head_dim
@@ -182,7 +184,7 @@ class ModelRunner:
         num_scratch_blocks = -(-num_tokens // self.block_size) + num_prompts
         scratch_cache = allocate_kv_cache(
             self.shape.num_layers, num_scratch_blocks, self.block_size,
-            self.shape.num_kv_heads, self.shape.head_dim, self.dtype, self.device,
+            self.shape.num_kv_heads, self.shape.head_dim, self.kv_dtype, self.device,
         )  # fmt: skip
         scratch_bytes = num_scratch_blocks * self.bytes_per_block  # KV: part of the budget
         num_rows = min(self.config.max_num_seqs, num_tokens)

@@ -93,6 +93,27 @@ def test_matches_reference(backend, batch, block_size, num_heads, num_kv_heads, 
     torch.testing.assert_close(out.float(), expected, atol=tolerance, rtol=tolerance)
 
 
+@pytest.mark.parametrize("batch", list(BATCHES))
+def test_float32_activations_over_a_bfloat16_cache(backend, batch):
+    """kv_cache_dtype=bfloat16 under fp32 activations: K/V stored rounded, math in fp32."""
+    metadata, query, key, value, k_cache, v_cache = make_case(
+        batch, 16, 9, 3, 64, torch.float32
+    )  # float32 q/k/v; the caches become bf16 below
+    k_cache, v_cache = k_cache.to(torch.bfloat16), v_cache.to(torch.bfloat16)
+    k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
+
+    out = backend.forward(query, key, value, k_cpu, v_cpu, metadata, 0.125)
+
+    for cache, new in ((k_cache, key), (v_cache, value)):  # the store rounds to bf16
+        cache.view(-1, 3, 64).index_copy_(0, metadata.slot_mapping, new.to(torch.bfloat16))
+    expected_k, expected_v = to_cpu_layout(k_cache, v_cache)
+    torch.testing.assert_close(k_cpu, expected_k, atol=0, rtol=0, equal_nan=True)
+    torch.testing.assert_close(v_cpu, expected_v, atol=0, rtol=0, equal_nan=True)
+    assert out.dtype == torch.float32 and not out.isnan().any()
+    expected = naive_paged_attention(query, k_cache.float(), v_cache.float(), metadata, 0.125)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)  # fp32 math throughout
+
+
 def test_threads_share_uneven_work(backend):
     """Two threads over long and short sequences give the single-thread result exactly."""
     metadata, query, key, value, k_cache, v_cache = make_case("mixed", 16, 9, 3, 64, torch.float32)

@@ -60,8 +60,10 @@ def test_the_flag_reaches_the_engine_config():
     def command(**kwargs):
         seen["config"] = EngineConfig(**pop_engine_kwargs(kwargs))
 
-    result = CliRunner().invoke(command, ["--served-model-name", "acme/tiny-chat"])
+    flags = ["--served-model-name", "acme/tiny-chat", "--kv-cache-dtype", "bfloat16"]
+    result = CliRunner().invoke(command, flags)
     assert result.exit_code == 0, result.output
     assert seen["config"].served_model_name == "acme/tiny-chat"
+    assert seen["config"].kv_cache_dtype == "bfloat16"
     result = CliRunner().invoke(command, ["--served-model-name", ""])
     assert result.exit_code != 0 and "served_model_name" in str(result.exception)

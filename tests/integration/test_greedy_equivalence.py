@@ -171,6 +171,38 @@ def test_bfloat16_matches_hf_bfloat16(arch, backend, tmp_path):
         check_bf16_tokens(got_ids, want_ids, hf_logits)
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_a_bfloat16_kv_cache_under_float32_matches_hf_float32(arch, tmp_path):
+    """kv_cache_dtype=bfloat16 (cpu backend): K/V rounded to bf16, everything else fp32;
+    held to the same written bf16 rule against HF in float32."""
+    from transformers import AutoModelForCausalLM
+
+    path = make_tiny_model(tmp_path, arch)
+    hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    generator = torch.Generator().manual_seed(3)
+    prompts = [
+        torch.randint(3, hf_model.config.vocab_size, (n,), generator=generator).tolist()
+        for n in PROMPT_LENGTHS
+    ]
+    llm = LLM(
+        str(path), device="cpu", dtype="float32", kv_cache_dtype="bfloat16", num_blocks=256,
+        block_size=4, max_num_batched_tokens=32, attention_backend="cpu",
+    )  # fmt: skip
+    assert all(cache.dtype == torch.bfloat16 for pair in llm.engine.runner.kv_caches
+               for cache in pair)  # fmt: skip
+    got = _token_ids(llm, prompts)
+    for prompt, got_ids in zip(prompts, got, strict=True):
+        with torch.no_grad():
+            output = hf_model.generate(
+                torch.tensor([prompt]),
+                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                max_new_tokens=MAX_TOKENS, do_sample=False, eos_token_id=None,
+                pad_token_id=0, output_logits=True, return_dict_in_generate=True,
+            )  # fmt: skip
+        want_ids = output.sequences[0, len(prompt) :].tolist()
+        check_bf16_tokens(got_ids, want_ids, torch.cat(output.logits))
+
+
 def test_bf16_rule_rejects_a_clear_divergence():
     assert bf16_ulp(2.5) == 2.0**-6 and bf16_ulp(1.0) == 2.0**-7
     with pytest.raises(AssertionError, match="top-2 logit gap"):

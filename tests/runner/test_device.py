@@ -51,3 +51,21 @@ def test_set_num_threads_sets_torch_once():
 def test_num_threads_must_be_positive(bad):
     with pytest.raises(InvalidParameterError, match="num_threads"):
         EngineConfig(num_threads=bad)
+
+
+def test_the_kv_cache_dtype_follows_the_model_unless_the_cpu_op_can_read_another():
+    from llmd.runner.kv_cache import resolve_kv_cache_dtype
+
+    assert resolve_kv_cache_dtype("auto", torch.float32, "torch") is torch.float32
+    assert resolve_kv_cache_dtype("auto", torch.bfloat16, "triton") is torch.bfloat16
+    assert resolve_kv_cache_dtype("bfloat16", torch.float32, "cpu") is torch.bfloat16
+    assert resolve_kv_cache_dtype("bfloat16", torch.bfloat16, "triton") is torch.bfloat16
+    for backend in ("torch", "triton"):
+        with pytest.raises(InvalidParameterError) as error:
+            resolve_kv_cache_dtype("bfloat16", torch.float32, backend)
+        assert error.value.parameter == "kv_cache_dtype" and backend in error.value.message
+    with pytest.raises(InvalidParameterError):
+        resolve_kv_cache_dtype("int8", torch.float32, "cpu")
+    with pytest.raises(InvalidParameterError) as error:
+        EngineConfig(kv_cache_dtype="int8")
+    assert error.value.parameter == "kv_cache_dtype"
