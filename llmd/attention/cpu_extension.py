@@ -26,8 +26,12 @@ logger = logging.getLogger(__name__)
 SOURCE_PATH = Path(__file__).parent / "csrc" / "paged_attention.cpp"
 LAYER_OPS_PATH = Path(__file__).parent.parent / "layers" / "csrc" / "cpu_layer_ops.cpp"
 SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH)
-COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp-simd")
-"""-march=native: the host's vector ISA (AVX2, AVX-512); -fopenmp-simd: honour `omp simd`."""
+COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp")
+"""-march=native: the host's vector ISA (AVX2, AVX-512); -fopenmp: at::parallel_for runs on
+torch's OpenMP threads (without it ATen's inline parallel_for quietly runs serially, which
+left the ops on one core) and `omp simd` is honoured."""
+LINK_FLAGS = ("-fopenmp",)
+"""Links libgomp.so.1: the copy torch already loaded, so both share one thread pool."""
 
 
 class CpuExtensionUnavailableError(RuntimeError):
@@ -47,7 +51,7 @@ def build_key() -> str:
     digest = hashlib.sha256()
     for path in SOURCE_PATHS:
         digest.update(path.read_bytes())
-    digest.update(" ".join(COMPILE_FLAGS).encode())
+    digest.update(" ".join(COMPILE_FLAGS + LINK_FLAGS).encode())
     digest.update(torch.__version__.encode())
     digest.update(_cpu_flags().encode())
     return digest.hexdigest()[:16]
@@ -95,6 +99,7 @@ def load_cpu_ops():
             name=f"llmd_cpu_attention_{key}",
             sources=[str(path) for path in SOURCE_PATHS],
             extra_cflags=list(COMPILE_FLAGS),
+            extra_ldflags=list(LINK_FLAGS),
             build_directory=str(build_dir),
             is_python_module=False,
             verbose=False,

@@ -114,6 +114,20 @@ def test_float32_activations_over_a_bfloat16_cache(backend, batch):
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)  # fp32 math throughout
 
 
+def test_the_ops_run_on_every_thread_torch_is_given(backend):
+    """The extension is built with OpenMP: without it ATen's inline parallel_for runs
+    serially, and the attention and layer ops used one core whatever --num-threads said."""
+    from llmd.attention.cpu_extension import load_cpu_ops
+
+    num_threads = torch.get_num_threads()
+    try:
+        for wanted in (1, 2, 3):
+            torch.set_num_threads(wanted)
+            assert load_cpu_ops().parallel_workers() == wanted
+    finally:
+        torch.set_num_threads(num_threads)
+
+
 def test_threads_share_uneven_work(backend):
     """Two threads over long and short sequences give the single-thread result exactly."""
     metadata, query, key, value, k_cache, v_cache = make_case("mixed", 16, 9, 3, 64, torch.float32)

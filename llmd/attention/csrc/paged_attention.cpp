@@ -415,6 +415,20 @@ void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tenso
   }
 }
 
+// How many threads one at::parallel_for over get_num_threads() tasks really used: 1 when
+// the build lost OpenMP (ATen's inline parallel_for then runs serially without a word).
+int64_t parallel_workers() {
+  const int64_t num_tasks = at::get_num_threads();
+  std::vector<std::atomic<int64_t>> seen(num_tasks);
+  at::parallel_for(0, num_tasks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) seen[task] = at::get_thread_num();
+  });
+  std::vector<int64_t> ids;
+  for (auto& id : seen) ids.push_back(id.load());
+  std::sort(ids.begin(), ids.end());
+  return std::unique(ids.begin(), ids.end()) - ids.begin();
+}
+
 }  // namespace
 
 TORCH_LIBRARY(llmd_cpu, m) {
@@ -422,4 +436,5 @@ TORCH_LIBRARY(llmd_cpu, m) {
         "Tensor(b!) k_cache, Tensor(c!) v_cache, Tensor slot_mapping, Tensor block_tables, "
         "Tensor query_start_loc, Tensor seq_lens, float scale) -> ()");
   m.impl("paged_attention", c10::DispatchKey::CPU, &paged_attention);
+  m.def("parallel_workers() -> int", &parallel_workers);
 }
