@@ -51,6 +51,7 @@ def cpu_runner(tmp_path):
     )  # fmt: skip
     runner.device = torch.device("cpu")
     runner.dtype = torch.float32
+    runner.kv_dtype = torch.float32
     runner.shape = model_shape(hf_config)
     runner.max_model_len = 32
     runner.backend = create_attention_backend("torch", runner.device)
