@@ -142,20 +142,19 @@ def check_bf16_tokens(got: list[int], want: list[int], hf_logits: torch.Tensor) 
         return
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
-def test_bfloat16_matches_hf_bfloat16(arch, backend, tmp_path):
+def _check_against_hf(path, hf_dtype: torch.dtype, seed: int, **llm_kwargs) -> LLM:
+    """llmd's greedy tokens on seeded prompts, held to the bf16 rule against HF in `hf_dtype`."""
     from transformers import AutoModelForCausalLM
 
-    path = make_tiny_model(tmp_path, arch)
-    hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
-    generator = torch.Generator().manual_seed(2)
+    hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=hf_dtype).eval()
+    generator = torch.Generator().manual_seed(seed)
     prompts = [
         torch.randint(3, hf_model.config.vocab_size, (n,), generator=generator).tolist()
         for n in PROMPT_LENGTHS
     ]
     llm = LLM(
-        str(path), device="cpu", dtype="bfloat16", num_blocks=256, block_size=4,
-        max_num_batched_tokens=32, attention_backend=backend,
+        str(path), device="cpu", num_blocks=256, block_size=4, max_num_batched_tokens=32,
+        **llm_kwargs,
     )  # fmt: skip
     got = _token_ids(llm, prompts)
     for prompt, got_ids in zip(prompts, got, strict=True):
@@ -169,38 +168,26 @@ def test_bfloat16_matches_hf_bfloat16(arch, backend, tmp_path):
         want_ids = output.sequences[0, len(prompt) :].tolist()
         hf_logits = torch.cat(output.logits).float()  # [MAX_TOKENS, vocab]
         check_bf16_tokens(got_ids, want_ids, hf_logits)
+    return llm
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_bfloat16_matches_hf_bfloat16(arch, backend, tmp_path):
+    path = make_tiny_model(tmp_path, arch)
+    _check_against_hf(path, torch.bfloat16, 2, dtype="bfloat16", attention_backend=backend)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_a_bfloat16_kv_cache_under_float32_matches_hf_float32(arch, tmp_path):
     """kv_cache_dtype=bfloat16 (cpu backend): K/V rounded to bf16, everything else fp32;
     held to the same written bf16 rule against HF in float32."""
-    from transformers import AutoModelForCausalLM
-
     path = make_tiny_model(tmp_path, arch)
-    hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    generator = torch.Generator().manual_seed(3)
-    prompts = [
-        torch.randint(3, hf_model.config.vocab_size, (n,), generator=generator).tolist()
-        for n in PROMPT_LENGTHS
-    ]
-    llm = LLM(
-        str(path), device="cpu", dtype="float32", kv_cache_dtype="bfloat16", num_blocks=256,
-        block_size=4, max_num_batched_tokens=32, attention_backend="cpu",
+    llm = _check_against_hf(
+        path, torch.float32, 3, dtype="float32", kv_cache_dtype="bfloat16",
+        attention_backend="cpu",
     )  # fmt: skip
-    assert all(cache.dtype == torch.bfloat16 for pair in llm.engine.runner.kv_caches
-               for cache in pair)  # fmt: skip
-    got = _token_ids(llm, prompts)
-    for prompt, got_ids in zip(prompts, got, strict=True):
-        with torch.no_grad():
-            output = hf_model.generate(
-                torch.tensor([prompt]),
-                attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                max_new_tokens=MAX_TOKENS, do_sample=False, eos_token_id=None,
-                pad_token_id=0, output_logits=True, return_dict_in_generate=True,
-            )  # fmt: skip
-        want_ids = output.sequences[0, len(prompt) :].tolist()
-        check_bf16_tokens(got_ids, want_ids, torch.cat(output.logits))
+    caches = [cache for pair in llm.engine.runner.kv_caches for cache in pair]
+    assert caches and all(cache.dtype == torch.bfloat16 for cache in caches)
 
 
 def test_bf16_rule_rejects_a_clear_divergence():
