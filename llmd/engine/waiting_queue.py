@@ -31,9 +31,13 @@ class _LazyQueue:
         self._tokens = itertools.count()
         self._live: dict[str, int] = {}
         self._num_stale = 0
-        self.num_preempted = 0
-        """Live entries whose request was preempted (status PREEMPTED when pushed)."""
         self._preempted_ids: set[str] = set()
+        """Live entries whose request was preempted (status PREEMPTED when pushed)."""
+
+    @property
+    def num_preempted(self) -> int:
+        """Waiting requests that were preempted and await recomputation."""
+        return len(self._preempted_ids)
 
     def _new_token(self, request: Request) -> int:
         if request.request_id in self._live:
@@ -42,15 +46,12 @@ class _LazyQueue:
         self._live[request.request_id] = token
         if request.status is RequestStatus.PREEMPTED:
             self._preempted_ids.add(request.request_id)
-            self.num_preempted += 1
         return token
 
     def _forget(self, request_id: str) -> None:
         del self._live[request_id]
         self._num_stale += 1
-        if request_id in self._preempted_ids:
-            self._preempted_ids.discard(request_id)
-            self.num_preempted -= 1
+        self._preempted_ids.discard(request_id)
 
     def _is_live(self, token: int, request: Request) -> bool:
         return self._live.get(request.request_id) == token
@@ -69,12 +70,14 @@ class _LazyQueue:
     def _compact(self) -> None:
         raise NotImplementedError
 
+    def _live_entries(self, entries: Iterable[tuple[int, Request]]) -> Iterator[Request]:
+        """The requests of (token, request) `entries` that are still live, in order."""
+        return (request for token, request in entries if self._is_live(token, request))
+
     def _take(self, request: Request) -> Request:
         """Bookkeeping for a popped live entry."""
         del self._live[request.request_id]
-        if request.request_id in self._preempted_ids:
-            self._preempted_ids.discard(request.request_id)
-            self.num_preempted -= 1
+        self._preempted_ids.discard(request.request_id)
         return request
 
     def __len__(self) -> int:
@@ -112,7 +115,7 @@ class FcfsQueue(_LazyQueue):
         self._num_stale = 0
 
     def __iter__(self) -> Iterator[Request]:
-        return _live_requests(self, self._queue)
+        return self._live_entries(self._queue)
 
 
 class PriorityQueue(_LazyQueue):
@@ -150,12 +153,7 @@ class PriorityQueue(_LazyQueue):
 
     def __iter__(self) -> Iterator[Request]:
         live = sorted(entry for entry in self._heap if self._is_live(entry[2], entry[3]))
-        return _live_requests(self, ((entry[2], entry[3]) for entry in live))
-
-
-def _live_requests(queue: _LazyQueue, entries: Iterable[tuple[int, Request]]) -> Iterator[Request]:
-    """The requests of `entries` that are still live, in the given order."""
-    return (request for token, request in entries if queue._is_live(token, request))
+        return self._live_entries((entry[2], entry[3]) for entry in live)
 
 
 def make_waiting_queue(policy: str) -> FcfsQueue | PriorityQueue:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from llmd.errors import InvalidParameterError
+from llmd.runner.device import dtype_name
 
 GIB = 1024**3
 
@@ -74,9 +75,8 @@ def resolve_kv_cache_dtype(name: str, model_dtype: torch.dtype, backend_name: st
         raise InvalidParameterError(f"unknown KV cache dtype {name!r}", "kv_cache_dtype")
     dtype = KV_CACHE_DTYPES[name]
     if dtype != model_dtype and backend_name != "cpu":
-        model_name = str(model_dtype).removeprefix("torch.")
         raise InvalidParameterError(
-            f"{name} under {model_name} activations needs the cpu attention backend "
+            f"{name} under {dtype_name(model_dtype)} activations needs the cpu attention backend "
             f"(the {backend_name} backend keeps K/V in the model's dtype)",
             "kv_cache_dtype",
         )
