@@ -138,7 +138,13 @@ class Request:
     def finish(
         self, reason: FinishReason, now: float, stop_reason: int | str | None = None
     ) -> None:
-        """Mark finished; the scheduler frees its blocks."""
+        """Mark finished; the scheduler frees its blocks.
+
+        A sample still in flight (async scheduling) is never emitted, so its placeholder
+        goes too: a finished request's tokens and counts hold only sampled ids.
+        """
+        if self.all_token_ids[-1:] == [PENDING_TOKEN_ID]:
+            self.all_token_ids.pop()
         self.status = RequestStatus.FINISHED
         self.finish_reason = reason
         self.stop_reason = stop_reason

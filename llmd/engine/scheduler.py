@@ -246,7 +246,8 @@ class Scheduler:
         """Apply a launched step's samples (see `advance_in_flight`); returns finished requests.
 
         A request that ended meanwhile (a stop found in the previous step, an abort, a
-        stop string) has its sample discarded: no token is ever emitted past a stop.
+        stop string) has its sample discarded, as its placeholder was when it finished
+        (`Request.finish`): no token is ever emitted past a stop.
         """
         now = time.monotonic()
         finished: list[Request] = []

@@ -126,3 +126,59 @@ def test_async_scheduling_flag_reaches_the_engine_config(flags, expected):
     result = CliRunner().invoke(command, flags)
     assert result.exit_code == 0, result.output
     assert seen["config"].async_scheduling is expected
+
+
+def _stop_cases(llm, vocab_size: int):
+    """Prompts, each with params stopped by a string from the middle of its free output."""
+    prompts = [[(11 * i + 5 * j) % (vocab_size - 5) + 3 for j in range(3 + 2 * i)] for i in range(8)]
+    free = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
+    cases = []
+    for prompt, output in zip(prompts, free, strict=True):
+        middle = len(output.text) // 2
+        stop = output.text[middle : middle + 3]
+        if len(stop.strip()) == 3:
+            cases.append((prompt, SamplingParams(temperature=0.0, max_tokens=24, stop=[stop])))
+        middle_token = output.token_ids[len(output.token_ids) // 2]
+        cases.append((prompt, SamplingParams(
+            temperature=0.0, max_tokens=24, stop_token_ids=(middle_token,))))  # fmt: skip
+    return cases
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "batched"])
+def test_a_stop_string_or_token_leaves_no_placeholder_and_async_equals_sync(model_path, batched):
+    """Regression: a request ended by a stop string while its next sample was in flight
+    kept that step's placeholder (-1) as its last token under async scheduling."""
+    results = {}
+    for is_async in (False, True):
+        llm = LLM(str(model_path), device="cpu", num_blocks=128, block_size=4,
+                  async_scheduling=is_async)  # fmt: skip
+        cases = _stop_cases(llm, llm.engine.shape.vocab_size)
+        assert sum(bool(params.stop) for _, params in cases) >= 4  # stop strings were found
+        if batched:
+            outputs = llm.generate([p for p, _ in cases], [params for _, params in cases])
+        else:
+            outputs = [llm.generate([p], params)[0] for p, params in cases]
+        for output in outputs:
+            assert PENDING_TOKEN_ID not in output.token_ids, output
+            assert output.finish_reason == "stop", output
+            assert output.metrics.num_generated_tokens == len(output.token_ids)
+        results[is_async] = [(o.token_ids, o.text, o.stop_reason) for o in outputs]
+    assert results[True] == results[False]
+
+
+def test_an_abort_while_a_sample_is_in_flight_leaves_no_placeholder(model_path):
+    llm = LLM(str(model_path), device="cpu", num_blocks=64, block_size=4, async_scheduling=True)
+    engine = llm.engine
+    request = engine.add_request([5, 6, 7], SamplingParams(max_tokens=40, ignore_eos=True))
+    while request.num_output_tokens < 5:
+        engine.step()
+    assert request.all_token_ids[-1] == PENDING_TOKEN_ID  # a sample is in flight now
+    num_real = request.num_output_tokens - 1
+    engine.abort_request(request.request_id)
+    assert PENDING_TOKEN_ID not in request.all_token_ids
+    assert request.num_output_tokens == num_real
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert PENDING_TOKEN_ID not in request.all_token_ids
+    assert request.num_output_tokens == num_real
+    engine.scheduler.check_integrity()
