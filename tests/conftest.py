@@ -2,6 +2,8 @@
 
 Tests run tiny models whose ops are too small to gain from threads; one intra-op thread
 (also for daemon subprocesses, through the environment) avoids oversubscribing CI's cores.
+The scheduling mode of every test daemon is set by one variable (tests/scheduling_mode.py)
+and named in the report's header.
 """
 
 from __future__ import annotations
@@ -18,9 +20,16 @@ enable_interpreter_without_cuda()
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from tests import scheduling_mode  # noqa: E402
 from tests.tiny_model import make_tiny_model  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+def pytest_report_header(config):
+    """Which scheduling mode this run's daemons use, and how to choose the other one."""
+    mode = scheduling_mode.mode_name()
+    return f"llmd test daemons: async scheduling {mode} ({scheduling_mode.ENV_VAR}=0|1)"
 
 
 @pytest.fixture(scope="session")

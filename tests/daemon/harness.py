@@ -21,9 +21,14 @@ import zmq
 
 from llmd.client import Client, DaemonNotRunningError
 from llmd.protocol import Keepalive, decode_daemon_message, pack
+from tests import scheduling_mode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ENGINE_ARGS = ["--num-blocks", "512", "--max-model-len", "256", "--block-size", "16", "--no-http"]
+ENGINE_ARGS = [
+    "--num-blocks", "512", "--max-model-len", "256", "--block-size", "16", "--no-http",
+    *scheduling_mode.serve_flags(),
+]  # fmt: skip
+"""Every test daemon's engine flags, this run's scheduling mode included (tests.scheduling_mode)."""
 START_TIMEOUT_S = 120.0
 
 
@@ -161,14 +166,23 @@ class RawPeer:
 
 @contextlib.contextmanager
 def inprocess_daemon(model_dir: Path, address: str, **kwargs: Any) -> Iterator[Any]:
-    """A Daemon serving a fresh tiny engine on a thread; stopped on exit."""
+    """A Daemon serving a fresh tiny engine on a thread; stopped on exit.
+
+    `engine` holds EngineConfig overrides (this run's scheduling mode unless it names one);
+    the other keyword arguments are ServeOptions.
+    """
     from llmd.config import EngineConfig
     from llmd.daemon.serve_options import ServeOptions
     from llmd.daemon.server import Daemon
     from llmd.llm_engine import LLMEngine
     from llmd.protocol import parse_address
 
-    engine_kwargs = {"num_blocks": 256, "max_model_len": 256, **kwargs.pop("engine", {})}
+    engine_kwargs = {
+        "num_blocks": 256,
+        "max_model_len": 256,
+        **scheduling_mode.engine_kwargs(),
+        **kwargs.pop("engine", {}),
+    }
     engine = LLMEngine(EngineConfig(model=str(model_dir), **engine_kwargs))
     daemon = Daemon(engine, ServeOptions(address=address, **kwargs), parse_address(address))
     daemon.bind()

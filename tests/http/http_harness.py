@@ -14,10 +14,15 @@ from pathlib import Path
 import httpx
 
 from llmd.client import Client
+from tests import scheduling_mode
 
 MAX_MODEL_LEN = 512
 """The tiny checkpoint's position limit: long enough to outlive a disconnect by a second."""
-DAEMON_ARGS = ["--num-blocks", "512", "--block-size", "16", "--max-model-len", str(MAX_MODEL_LEN)]
+DAEMON_ARGS = [
+    "--num-blocks", "512", "--block-size", "16", "--max-model-len", str(MAX_MODEL_LEN),
+    *scheduling_mode.serve_flags(),
+]  # fmt: skip
+"""The HTTP tests' daemon flags, this run's scheduling mode included (tests.scheduling_mode)."""
 
 
 @dataclass(frozen=True)

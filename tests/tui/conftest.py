@@ -11,7 +11,12 @@ import sys
 
 import pytest
 
-from tests.tui.daemon_process import REPO_ROOT, subprocess_env, wait_until_healthy
+from tests.tui.daemon_process import (
+    REPO_ROOT,
+    SCHEDULING_FLAGS,
+    subprocess_env,
+    wait_until_healthy,
+)
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +28,7 @@ def daemon_address(tiny_model_dir, tmp_path_factory):
     command = [
         sys.executable, "-m", "llmd.cli", "serve", "--model", str(tiny_model_dir),
         "--address", address, "--num-blocks", "64", "--max-model-len", "256", "--no-http",
+        *SCHEDULING_FLAGS,
     ]  # fmt: skip
     with open(log_path, "wb") as log:
         process = subprocess.Popen(

@@ -12,9 +12,12 @@ import time
 from pathlib import Path
 
 from llmd.client import Client, DaemonNotRunningError
+from tests import scheduling_mode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0
+SCHEDULING_FLAGS = scheduling_mode.serve_flags()
+"""This run's scheduling mode, on every `llmd serve` the TUI tests start (tests.scheduling_mode)."""
 
 
 def subprocess_env() -> dict[str, str]:
