@@ -188,15 +188,68 @@ def test_preempted_request_recomputes_prompt_and_outputs():
     assert resumed_sizes and resumed_sizes[0] > 12
 
 
-def test_priority_policy_orders_admission_and_preempts_lowest():
+def test_priority_policy_admits_the_highest_priority_first():
     scheduler = make_scheduler(policy="priority", max_num_seqs=1)
     low = make_request(num_prompt_tokens=4, max_tokens=2, priority=5)
     high = make_request(num_prompt_tokens=4, max_tokens=2, priority=-1)
     scheduler.add_request(low)
     scheduler.add_request(high)
     output, _ = run_step(scheduler)
-    assert output.chunks[0].request is high
-    drain(scheduler)
+    assert [c.request for c in output.chunks] == [high]
+    assert [r.request_id for r in drain(scheduler)] == [high.request_id, low.request_id]
+    assert_idle_and_clean(scheduler)
+
+
+def _priority_request(index: int, name: str, priority: int, arrival: float):
+    """A 4-token prompt of its own (no prefix hits) growing to 24 tokens = 6 blocks of 4."""
+    prompt = [10 * index + k for k in range(1, 5)]
+    return make_request(
+        prompt_token_ids=prompt, max_tokens=20, priority=priority,
+        request_id=name, arrival_time=arrival,
+    )  # fmt: skip
+
+
+def test_priority_policy_preempts_the_lowest_priority_and_the_newest_of_a_tie():
+    """Preemption under the priority policy: the largest `priority` value goes first, and of
+    equal priorities the latest arrival; a higher-priority request is never a victim."""
+    scheduler = make_scheduler(num_blocks=10, block_size=4, max_model_len=32, policy="priority")
+    spec = [("p0", 0, 1.0), ("p2-old", 2, 2.0), ("p2-new", 2, 3.0), ("p1", 1, 4.0)]
+    for index, (name, priority, arrival) in enumerate(spec):
+        scheduler.add_request(_priority_request(index, name, priority, arrival))
+    preemptions: list[list[str]] = []
+    finished = []
+    step = 0
+    while scheduler.has_unfinished_requests:
+        priority_of_running = {r.request_id: r.priority for r in scheduler.running}
+        output, done = run_step(scheduler)
+        step += 1
+        if step == 1:  # admitted after the others, so it runs last unless the list is sorted
+            scheduler.add_request(_priority_request(4, "p1-late", 1, 5.0))
+        if output.preempted_request_ids:
+            preemptions.append(output.preempted_request_ids)
+            kept = set(priority_of_running) - set(output.preempted_request_ids)
+            for victim in output.preempted_request_ids:
+                kept_priorities = [priority_of_running[r] for r in kept]
+                assert all(priority_of_running[victim] >= p for p in kept_priorities), (
+                    step, victim, priority_of_running,
+                )  # fmt: skip
+        finished += done
+        usage = scheduler.block_manager.usage()
+        assert usage.num_used + usage.num_cached + usage.num_free == usage.num_total
+    # By hand: after step 5 the five requests hold all 10 blocks (2 each). At token 9 p0
+    # needs a third: p2-new goes (priority 2, newest); p1 takes a freed block, p1-late's
+    # token 8 still fits, and p2-old, the lowest left, cannot grow and preempts itself. At
+    # token 13 p1-late (a tie with p1, newer) goes; at 21 p1, leaving p0. After p0 and p1
+    # finish, p1-late evicts p2-new and p2-old; after p1-late, p2-old evicts p2-new.
+    assert preemptions == [
+        ["p2-new", "p2-old"], ["p1-late"], ["p1"], ["p2-new"], ["p2-old"], ["p2-new"],
+    ]  # fmt: skip
+    assert [r.request_id for r in finished] == ["p0", "p1", "p1-late", "p2-old", "p2-new"]
+    assert [r.num_preemptions for r in finished] == [0, 1, 1, 2, 3]
+    assert scheduler.num_preemptions == 7
+    for request in finished:  # recomputed after each preemption, nothing lost
+        assert request.output_token_ids == [5] * 20
+        assert request.finish_reason is FinishReason.LENGTH
     assert_idle_and_clean(scheduler)
 
 
