@@ -57,18 +57,34 @@ def device_name(device: torch.device) -> str:
     return device.type
 
 
-def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether the CPU has AVX512_BF16 or AMX-BF16 (from /proc/cpuinfo, or `cpuinfo`)."""
+CPU_FLAGS_ENV = "LLMD_CPU_FLAGS"
+"""Environment variable whose space-separated flags replace the CPU's in the dtype rule.
+
+It shows (and lets tests check) what `auto` picks on another CPU; compiled code still
+targets the real one.
+"""
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The CPU's feature flags: $LLMD_CPU_FLAGS if set, else /proc/cpuinfo (or `cpuinfo`)."""
     if cpuinfo is None:
+        override = os.environ.get(CPU_FLAGS_ENV)
+        if override is not None:
+            return frozenset(override.split())
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
-            return False
+            return frozenset()
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
-            flags = set(line.split(":", 1)[-1].split())
-            return any(flag in flags for flag in NATIVE_BF16_CPU_FLAGS)
-    return False
+            return frozenset(line.split(":", 1)[-1].split())
+    return frozenset()
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU has AVX512_BF16 or AMX-BF16 (see `cpu_flags`)."""
+    flags = cpu_flags(cpuinfo)
+    return any(flag in flags for flag in NATIVE_BF16_CPU_FLAGS)
 
 
 def default_num_threads() -> int:

@@ -130,7 +130,9 @@ def test_async_scheduling_flag_reaches_the_engine_config(flags, expected):
 
 def _stop_cases(llm, vocab_size: int):
     """Prompts, each with params stopped by a string from the middle of its free output."""
-    prompts = [[(11 * i + 5 * j) % (vocab_size - 5) + 3 for j in range(3 + 2 * i)] for i in range(8)]
+    prompts = [
+        [(11 * i + 5 * j) % (vocab_size - 5) + 3 for j in range(3 + 2 * i)] for i in range(8)
+    ]
     free = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
     cases = []
     for prompt, output in zip(prompts, free, strict=True):

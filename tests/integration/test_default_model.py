@@ -19,7 +19,7 @@ TEXT_PROMPTS = ["Once upon a time, there was a little", "The cat sat on the"]
 
 @pytest.fixture(scope="module")
 def default_llm():
-    llm = LLM(device="cpu")  # no model given: the shipped default
+    llm = LLM(device="cpu", dtype="float32")  # no model given: the shipped default
     assert llm.engine.model_path.resolve() == Path(default_model_dir())
     return llm
 

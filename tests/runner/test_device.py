@@ -11,24 +11,57 @@ from llmd.runner import device
 
 ZEN4_FLAGS = "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n"
 ZEN2_FLAGS = "flags\t\t: fpu sse2 avx2 fma\n"
-SAPPHIRE_RAPIDS_FLAGS = "flags\t\t: fpu avx512f amx_bf16 amx_tile\n"
+SAPPHIRE_RAPIDS_FLAGS = "flags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile\n"
+AMX_ONLY_FLAGS = "flags\t\t: fpu avx512f amx_bf16 amx_tile\n"
+
+# The rule `auto` follows, one row per kind of machine: (kind, CPU flags, device, dtype).
+AUTO_DTYPE_RULE = [
+    ("avx2-only", "fpu sse2 avx2 fma", "cpu", torch.float32),
+    ("avx512-without-bf16", "fpu avx2 avx512f avx512bw avx512_vnni", "cpu", torch.float32),
+    ("avx512_bf16", "fpu avx2 avx512f avx512_bf16", "cpu", torch.bfloat16),
+    ("amx", "fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile", "cpu", torch.bfloat16),
+    ("cuda", "fpu sse2 avx2 fma", "cuda", torch.bfloat16),  # the host CPU does not matter
+]
 
 
 def test_native_bf16_detected_from_cpu_flags():
     assert device.cpu_has_native_bf16(ZEN4_FLAGS)
     assert device.cpu_has_native_bf16(SAPPHIRE_RAPIDS_FLAGS)
+    assert device.cpu_has_native_bf16(AMX_ONLY_FLAGS)
     assert not device.cpu_has_native_bf16(ZEN2_FLAGS)
     assert not device.cpu_has_native_bf16("")
+    assert not device.cpu_has_native_bf16("processor\t: 0\nmodel name\t: x\n")  # no flags line
 
 
 @pytest.mark.parametrize(
-    ("flags", "want"), [(ZEN4_FLAGS, torch.bfloat16), (ZEN2_FLAGS, torch.float32)]
+    ("flags", "device_type", "want"),
+    [row[1:] for row in AUTO_DTYPE_RULE],
+    ids=[row[0] for row in AUTO_DTYPE_RULE],
 )
-def test_auto_dtype_follows_the_cpu(monkeypatch, flags, want):
-    detect = device.cpu_has_native_bf16
-    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: detect(flags))
-    assert device.resolve_dtype("auto", torch.device("cpu")) == want
-    assert device.resolve_dtype("float32", torch.device("cpu")) == torch.float32  # explicit wins
+def test_auto_dtype_follows_the_machine(monkeypatch, flags, device_type, want):
+    """The probe is faked through $LLMD_CPU_FLAGS, so every branch runs on any machine."""
+    monkeypatch.setenv(device.CPU_FLAGS_ENV, flags)
+    assert device.cpu_flags() == frozenset(flags.split())
+    assert device.resolve_dtype("auto", torch.device(device_type)) == want
+    for explicit, dtype in [("float32", torch.float32), ("bfloat16", torch.bfloat16)]:
+        assert device.resolve_dtype(explicit, torch.device(device_type)) == dtype  # explicit wins
+
+
+def test_the_probe_reads_the_real_cpu_without_the_override(monkeypatch):
+    monkeypatch.delenv(device.CPU_FLAGS_ENV, raising=False)
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            text = cpuinfo.read()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo on this system")
+    assert device.cpu_flags() == device.cpu_flags(text)
+    assert device.cpu_flags(text)  # Linux always lists some flags
+
+
+def test_an_unknown_dtype_is_a_typed_error():
+    with pytest.raises(InvalidParameterError) as error:
+        device.resolve_dtype("float8", torch.device("cpu"))
+    assert error.value.parameter == "dtype" and "float8" in error.value.message
 
 
 def test_default_threads_follow_omp_num_threads(monkeypatch):
