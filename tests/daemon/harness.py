@@ -193,3 +193,59 @@ def inprocess_daemon(model_dir: Path, address: str, **kwargs: Any) -> Iterator[A
     finally:
         daemon.request_drain(now=True)
         thread.join(20)
+
+
+class FinishedRequests:
+    """Records the engine's Request of every request that finishes, in or outside a step.
+
+    Wraps the in-process engine's `step`, `finish_request` and `abort_request` (called on the
+    engine thread), so a test can check what the engine really holds for a finished request.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[str, Any] = {}
+        """Request by engine id, in the order they finished."""
+        step, finish, abort = engine.step, engine.finish_request, engine.abort_request
+
+        def recording_step():
+            result = step()
+            for update in result.updates:
+                if update.request.is_finished:
+                    self._record(update.request)
+            return result
+
+        def recording_finish(request_id, *args, **kwargs):
+            return self._record(finish(request_id, *args, **kwargs))
+
+        def recording_abort(request_id):
+            return self._record(abort(request_id))
+
+        engine.step = recording_step
+        engine.finish_request = recording_finish
+        engine.abort_request = recording_abort
+
+    def _record(self, request: Any) -> Any:
+        if request is not None:
+            with self._lock:
+                self._requests.setdefault(request.request_id, request)
+        return request
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._requests)
+
+    def get(self, request_id: str, timeout_s: float = 20.0) -> Any:
+        """The finished request (waiting for the engine thread to have finished it)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                if request_id in self._requests:
+                    return self._requests[request_id]
+            assert time.monotonic() < deadline, f"request {request_id} never finished"
+            time.sleep(0.01)
+
+    def since(self, num_before: int) -> list[Any]:
+        """The requests finished after the first `num_before` (a `len()` taken earlier)."""
+        with self._lock:
+            return list(self._requests.values())[num_before:]
