@@ -7,6 +7,7 @@ request is aborted on the daemon like a streaming one, so no KV is held for nobo
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -18,8 +19,10 @@ from starlette.responses import Response, StreamingResponse
 from llmd.client import Completion
 from llmd.errors import LLMDError, ShuttingDownError
 from llmd.http import sse
-from llmd.http.errors import from_llmd_error
+from llmd.http.errors import HttpError, from_llmd_error
 from llmd.http.generation_group import GenerationGroup
+
+logger = logging.getLogger(__name__)
 
 CLIENT_CLOSED_STATUS = 499
 """Logged for a request whose client left before the answer (nobody reads it)."""
@@ -94,7 +97,7 @@ async def start_stream(
     """Send the prompts; once the daemon accepted all of them, stream `chunks()` as SSE.
 
     A refusal before acceptance raises (and so gets its HTTP status); a failure after the
-    stream began goes out as an error event followed by [DONE].
+    stream began, a bug included, goes out as an error event followed by [DONE].
     """
     group.start()
     try:
@@ -109,6 +112,11 @@ async def start_stream(
                 yield chunk
         except LLMDError as error:
             yield sse.event(from_llmd_error(error).body())
+        except Exception as error:  # a bug too ends the stream the way OpenAI's clients expect
+            logger.exception("a streamed response failed")
+            message = f"internal error: {type(error).__name__}: {error}"
+            internal = HttpError(500, message, None, "internal_server_error", "internal")
+            yield sse.event(internal.body())
         yield sse.DONE
 
     return GroupStreamingResponse(group, body())

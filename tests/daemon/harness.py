@@ -249,3 +249,48 @@ class FinishedRequests:
         """The requests finished after the first `num_before` (a `len()` taken earlier)."""
         with self._lock:
             return list(self._requests.values())[num_before:]
+
+
+class RunnerFault:
+    """Makes the runner's `nth` launch from now raise, or its samples' `resolve` raise or
+    stall for `stall_s`; once. Sync steps are launch + resolve too, so both modes meet it."""
+
+    def __init__(self, runner: Any, nth: int, where: str, stall_s: float | None = None) -> None:
+        assert where in ("launch", "resolve")
+        self.fired = threading.Event()
+        """Set when the fault happens (a stall: when it begins)."""
+        self.stall_ended = threading.Event()
+        launch = runner.launch
+        count = 0
+
+        def faulty_launch(plan):
+            nonlocal count
+            count += 1
+            if count != nth:
+                return launch(plan)
+            if where == "launch":
+                self.fired.set()
+                raise RuntimeError("injected launch failure")
+            return _FaultyPending(launch(plan), self, stall_s)
+
+        runner.launch = faulty_launch
+
+
+class _FaultyPending:
+    """A launched step whose `resolve` raises, or stalls and then resolves."""
+
+    def __init__(self, pending: Any, fault: RunnerFault, stall_s: float | None) -> None:
+        self._pending = pending
+        self._fault = fault
+        self._stall_s = stall_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pending, name)
+
+    def resolve(self) -> Any:
+        self._fault.fired.set()
+        if self._stall_s is None:
+            raise RuntimeError("injected resolve failure")
+        time.sleep(self._stall_s)
+        self._fault.stall_ended.set()
+        return self._pending.resolve()
