@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import httpx
@@ -14,6 +15,8 @@ from llmd.http.server import HttpServer
 from tests.daemon.harness import free_tcp_port
 
 NO_EOS = {"ignore_eos": True}
+IDLE_LIMIT_S = 10.0
+"""Time a loaded 2-core machine gets to start or free a request (the soak holds the 1 s)."""
 
 
 def _error(response: httpx.Response) -> dict:
@@ -96,7 +99,8 @@ def test_health_version_and_models(served_http):
     assert models["object"] == "list" and models["data"][0]["owned_by"] == "llmd"
 
 
-def test_disconnect_mid_stream_aborts_and_frees_kv_within_a_second(served_http):
+def test_disconnect_mid_stream_aborts_and_frees_kv(served_http):
+    served_http.wait_idle(timeout_s=IDLE_LIMIT_S)  # whatever ran before has finished
     with Client(served_http.address) as client:
         aborts_before = client.stats()["totals"]["finished"].get("abort", 0)
     body = {"prompt": "Go on", "max_tokens": 480, "stream": True, **NO_EOS}
@@ -106,20 +110,35 @@ def test_disconnect_mid_stream_aborts_and_frees_kv_within_a_second(served_http):
         while num_chunks < 3:  # the request is generating
             num_chunks += next(lines).startswith("data: {")
         assert served_http.kv_used_and_running()[0] > 0
-    # leaving the block closed the connection mid-stream
-    assert served_http.wait_idle(timeout_s=5.0) < 1.0
+    # Leaving the block closed the connection mid-stream. KV freed within 1 s is the soak's
+    # promise (tests/soak, scripts/soak.py); here a loaded machine gets slack: all is freed.
+    served_http.wait_idle(timeout_s=IDLE_LIMIT_S)
     with Client(served_http.address) as client:
         finished = client.stats()["totals"]["finished"]
     assert finished.get("abort", 0) == aborts_before + 1
 
 
 def test_disconnect_of_a_blocking_request_aborts_it(served_http):
+    """Hang up once the daemon runs the request: no client timeout to race the generation."""
+    served_http.wait_idle(timeout_s=IDLE_LIMIT_S)  # so the one running is this one
     with Client(served_http.address) as client:
         aborts_before = client.stats()["totals"]["finished"].get("abort", 0)
-    body = {"prompt": "Wait", "max_tokens": 480, **NO_EOS}
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{served_http.v1}/completions", json=body, timeout=0.3)
-    assert served_http.wait_idle(timeout_s=5.0) < 1.0
+    body = json.dumps({"prompt": "Wait", "max_tokens": 480, **NO_EOS}).encode()
+    head = (
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    port = int(served_http.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(head.encode() + body)
+        deadline = time.monotonic() + IDLE_LIMIT_S
+        while served_http.kv_used_and_running()[1] == 0:
+            assert time.monotonic() < deadline, "the request never ran"
+            time.sleep(0.005)
+        connection.setblocking(False)
+        with pytest.raises(BlockingIOError):  # the reply has not begun: it is still generating
+            connection.recv(1)
+    served_http.wait_idle(timeout_s=IDLE_LIMIT_S)
     with Client(served_http.address) as client:
         assert client.stats()["totals"]["finished"].get("abort", 0) == aborts_before + 1
 
@@ -176,6 +195,6 @@ def test_server_answers_while_a_slow_stream_runs(served_http):
     with httpx.stream("POST", f"{served_http.v1}/completions", json=body, timeout=30) as response:
         lines = response.iter_lines()
         assert next(lines).startswith("data: {")
-        assert httpx.get(f"{served_http.url}/health", timeout=5).status_code == 200
+        assert httpx.get(f"{served_http.url}/health", timeout=10).status_code == 200
         assert [line for line in lines if line][-1] == "data: [DONE]"
     assert time.monotonic() - started < 30

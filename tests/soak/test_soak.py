@@ -1,7 +1,9 @@
 """Fast subset of the soak suite (scripts/soak.py --quick) against one real daemon process.
 
 The scenarios are the script's own functions with reduced counts; each test asserts the
-counted figures, not just the verdict. The kill -9 test runs last: it restarts the daemon.
+counted figures, not just the verdict. The tests share one daemon, except the kill -9 test,
+which kills and restarts a daemon of its own: any order, or any one test alone, runs the same.
+The marker keeps them out of the default run; scripts/test.sh runs them on their own.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ pytestmark = pytest.mark.soak
 def daemon(tmp_path_factory):
     """One `llmd serve` (default model, soft descriptor limit 1024) for the whole module."""
     process = DaemonProcess(tmp_path_factory.mktemp("soak"), extra_args=DAEMON_ARGS)
-    process.start()
-    yield process
-    process.stop()
+    try:
+        process.start()
+        yield process
+    finally:
+        process.stop()  # also when it never became healthy
 
 
 def test_malformed_frames_are_never_valid_requests():
@@ -95,8 +99,13 @@ def test_many_connections_at_a_low_descriptor_limit(daemon):
     assert result.passed, result.notes
 
 
-def test_kill_and_restart_loses_nothing_and_runs_nothing_stale(daemon):
-    result = run_scenario("crash", daemon, is_quick=True)
+def test_kill_and_restart_loses_nothing_and_runs_nothing_stale(tmp_path_factory):
+    own = DaemonProcess(tmp_path_factory.mktemp("crash"), extra_args=DAEMON_ARGS)
+    try:
+        own.start()
+        result = run_scenario("crash", own, is_quick=True)
+    finally:
+        own.stop()
     assert result.counts["outcomes"] == {"told": 8}, result.counts
     assert result.counts["rounds_where_new_daemon_ran_old_requests"] == []
     assert result.passed, result.notes
