@@ -163,7 +163,8 @@ def serve(**kwargs: Any) -> None:
 @click.command(
     epilog="""\b
 Examples:
-  llmd stop                 # drain: in-flight requests finish (up to 30 s), then exit
+  llmd stop                 # drain for up to the daemon's --drain-timeout, then exit
+  llmd stop --timeout 5     # drain for at most 5 s, then abort what is left
   llmd stop --now           # abort in-flight requests and exit at once
 """
 )
@@ -171,12 +172,12 @@ Examples:
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0.0),
-    default=30.0,
-    show_default=True,
+    default=None,
+    show_default="the daemon's --drain-timeout",
     help="Seconds in-flight requests may take to finish; the rest are aborted.",
 )
 @click.option("--now", is_flag=True, help="Abort in-flight requests instead of draining.")
-def stop(address: str | None, timeout: float, now: bool) -> None:
+def stop(address: str | None, timeout: float | None, now: bool) -> None:
     """Stop the daemon: drain in-flight requests (or abort them with --now), then exit."""
     from llmd.client import Client
     from llmd.commands.daemon_files import raise_if_crashed
