@@ -324,3 +324,30 @@ def test_concurrent_logprob_streams_stay_aligned(served):
     for deltas, finished in results.values():
         ids = [entry["token_id"] for delta in deltas for entry in delta.logprobs or []]
         assert ids == finished.token_ids == _ids(deltas) and len(ids) == 30
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="product question: the stats count the tokens the engine sampled, including those "
+    "it sampled after a stop string matched (before the text thread's finish reached it); "
+    "usage counts the tokens delivered",
+)
+def test_the_stats_count_only_the_tokens_a_stopped_request_delivered(tiny_model_dir, tmp_path):
+    """Both modes: with a slow text thread the engine runs many steps past the stop string."""
+    address = f"ipc://{tmp_path / 'x.sock'}"
+    with inprocess_daemon(tiny_model_dir, address) as daemon, Client(address) as client:
+        on_batch = daemon.text_worker._on_batch
+
+        def slow_on_batch(batch):
+            time.sleep(0.02)
+            on_batch(batch)
+
+        daemon.text_worker._on_batch = slow_on_batch
+        free = client.generate(PROMPTS[0], params={**FREE, "max_tokens": 200})
+        stop = _stop_string(free.text[:40])  # early in a 200-token reply
+        assert stop is not None, free.text
+        stopped = client.generate(PROMPTS[0], params={**FREE, "max_tokens": 200, "stop": [stop]})
+        assert stopped.finish_reason == "stop" and len(stopped.token_ids) < 100
+        snapshot = client.stats(include_block_map=False)
+    row = recent_row(snapshot, stopped.request_id)
+    assert row["num_generated_tokens"] == stopped.usage["completion_tokens"]
