@@ -55,7 +55,7 @@ def test_detached_serve_with_api_key_and_http_ending_with_a_killed_daemon(tiny_m
     pid = json.loads(run_cli(["status", "--json", "--address", address], env).stdout)["pid"]
     os.kill(pid, signal.SIGKILL)  # no chance to stop its HTTP process: that one notices
     assert wait_dead(pid, 20)
-    assert _port_is_closed(port, timeout_s=5.0)
+    assert _port_is_closed(port, timeout_s=10.0)
 
 
 def _children(pid: int) -> list[int]:
