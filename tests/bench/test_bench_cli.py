@@ -8,6 +8,7 @@ import types
 from click.testing import CliRunner
 
 from llmd.cli import main
+from tests.daemon.harness import REPO_ROOT, daemon_env
 
 
 def test_offline_forwards_every_argument_and_the_exit_code(monkeypatch):
@@ -41,7 +42,10 @@ def test_bench_modules_do_not_import_torch():
         "import sys, llmd.commands.bench_cli, llmd.bench.serve, llmd.bench.sweep, "
         "llmd.bench.zmq_driver; print('torch' in sys.modules)"
     )
-    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    completed = subprocess.run(
+        [sys.executable, "-c", code], env=daemon_env(), cwd=REPO_ROOT, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
     assert completed.stdout.strip() == "False", completed.stderr
 
 
