@@ -236,6 +236,11 @@ class EngineLoop:
             batch.ended.append(request)
             self._recent.append(request)
 
+    def _is_recent(self, request: Request) -> bool:
+        """True if `request` is listed already: with async scheduling, one ended from outside
+        the step (abort, stop string) gets a last update when its in-flight step is applied."""
+        return any(recent is request for recent in self._recent)
+
     def _collect(self, result: Any, batch: EngineBatch, idle_gap: float) -> None:
         num_generated = 0
         for update in result.updates:
@@ -244,7 +249,7 @@ class EngineLoop:
                 UpdateRecord(update.request, update.new_token_ids, update.new_logprobs, is_finished)
             )
             num_generated += len(update.new_token_ids)
-            if is_finished:
+            if is_finished and not self._is_recent(update.request):
                 self._recent.append(update.request)
         stats = result.stats
         if stats is None:

@@ -1,10 +1,11 @@
 """Stop strings, aborts, disconnects and logprobs through the daemon, with async scheduling
 off and on (both in every run), checked against the engine's own finished requests.
 
-Regression: with async scheduling, a request ended from outside the step (a stop string
+Regressions: with async scheduling, a request ended from outside the step (a stop string
 matched by the text thread, an abort) while its next sample was in flight kept that
 step's placeholder (-1) as its last token, so the daemon's per-request counts (the stats
-rows, the finished-request histograms) were one too high.
+rows, the finished-request histograms) were one too high; and it was listed twice among
+the recent requests (once when it ended, once when its in-flight step was applied).
 
 What a client is told (TokenDelta and Finished token ids, `usage`) counts the tokens it
 was sent; the stats count the tokens the engine sampled, which may run a step or two ahead
@@ -68,9 +69,9 @@ class Served:
 
 
 def recent_row(snapshot: dict[str, Any], request_id: str) -> dict[str, Any]:
-    """The `recent` stats row of a finished request."""
+    """The `recent` stats row of a finished request (checked to be its only one)."""
     rows = [row for row in snapshot["recent"] if row["request_id"] == request_id]
-    assert rows, f"{request_id} is not among the recent requests"
+    assert len(rows) == 1, f"{request_id} has {len(rows)} recent rows: {rows}"
     return rows[0]
 
 

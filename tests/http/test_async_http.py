@@ -64,10 +64,9 @@ class Front:
         snapshot = self.wait_idle()
         requests = self.finished.since(mark)
         assert len(requests) == count
-        rows = {row["request_id"]: row for row in snapshot["recent"]}
         for request in requests:
             assert PENDING_TOKEN_ID not in request.all_token_ids, request.all_token_ids
-            row = rows[request.request_id]
+            [row] = [r for r in snapshot["recent"] if r["request_id"] == request.request_id]
             assert row["num_generated_tokens"] == len(request.output_token_ids)
         return requests
 
