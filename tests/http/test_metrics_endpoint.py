@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import httpx
+import pytest
+from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.daemon.harness import daemon_env, run_cli
+from llmd.cli import main as llmd_main
+from llmd.client import Client, Completion
+from tests.daemon.harness import REPO_ROOT, daemon_env, free_tcp_port, wait_dead, wait_healthy
+from tests.http.http_harness import MAX_MODEL_LEN, ServedHttp, wait_http_ready
 
 PREFIX = "llmd:"
 
 
-def _scrape(served_http) -> dict[tuple[str, tuple], float]:
+def _scrape(served_http, http: httpx.Client | None = None) -> dict[tuple[str, tuple], float]:
     """Every sample of /metrics, keyed by (sample name, sorted labels without model_name)."""
-    response = httpx.get(f"{served_http.url}/metrics", timeout=10)
+    response = (http or httpx).get(f"{served_http.url}/metrics", timeout=10)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     samples = {}
@@ -59,13 +69,130 @@ def test_counters_and_histograms_move_as_requests_complete(served_http):
         assert max(buckets) == _value(after, f"{name}_count")
 
 
-def test_gauges_match_llmd_status_json(served_http):
-    served_http.wait_idle()
-    samples = _scrape(served_http)
-    result = run_cli(["status", "--json", "--address", served_http.address], daemon_env())
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert _value(samples, "num_requests_running") == report["queue"]["running"]
-    assert _value(samples, "num_requests_waiting") == report["queue"]["waiting"]
-    assert _value(samples, "num_requests_preempted") == report["queue"]["preempted"]
-    assert _value(samples, "kv_cache_usage_perc") == report["kv"]["usage"]
+# A daemon where requests queue and get preempted: 2 sequences at most, and 34 blocks of 16
+# tokens, so two 500-token requests (32 blocks each) run out of KV half-way; the newer one is
+# preempted and waits (it needs its 17 blocks back) until the older one finishes.
+LOADED_ARGS = ["--max-num-seqs", "2", "--num-blocks", "34", "--block-size", "16",
+               "--max-model-len", str(MAX_MODEL_LEN)]  # fmt: skip
+NUM_LOADED_REQUESTS = 10
+LOADED_MAX_TOKENS = 500
+
+
+@pytest.fixture(scope="module")
+def loaded_http(tiny_model_dir, tmp_path_factory):
+    """`llmd serve --http-port PORT` with LOADED_ARGS; terminated at the end of the module."""
+    runtime = tmp_path_factory.mktemp("http-loaded")
+    address = f"ipc://{runtime / 'd.sock'}"
+    port = free_tcp_port()
+    log_path = runtime / "daemon.log"
+    command = [sys.executable, "-m", "llmd.cli", "serve", "--model", str(tiny_model_dir)]
+    command += [*LOADED_ARGS, "--address", address, "--http-port", str(port)]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command, env=daemon_env(runtime), cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log
+        )
+    try:
+        wait_healthy(address, process)
+        url = f"http://127.0.0.1:{port}"
+        wait_http_ready(url, process)
+        yield ServedHttp(url, address, process, log_path, Path(tiny_model_dir))
+    finally:
+        process.terminate()
+        if not wait_dead(process.pid, 20):
+            process.kill()
+        process.wait(5)
+
+
+_GAUGES = {
+    "running": ("num_requests_running", "queue"),
+    "waiting": ("num_requests_waiting", "queue"),
+    "preempted": ("num_requests_preempted", "queue"),
+    "usage": ("kv_cache_usage_perc", "kv"),
+}
+
+
+def _gauges(samples) -> dict[str, float]:
+    return {key: _value(samples, name) for key, (name, _) in _GAUGES.items()}
+
+
+def _bracket_key(samples) -> tuple:
+    """What must be equal in two scrapes for the queue not to have changed between them.
+
+    With no new arrivals, no finish and no preemption, waiting can only shrink (admissions),
+    so equal counts at both ends mean constant ones; KV use can only grow (allocations).
+    """
+    finished = sum(
+        value for (name, _), value in samples.items() if name == f"{PREFIX}request_success_total"
+    )
+    gauges = _gauges(samples)
+    queue = (gauges["running"], gauges["waiting"], gauges["preempted"])
+    return (*queue, _value(samples, "num_preemptions_total"), finished)
+
+
+def _status_json(address: str) -> dict:
+    """`llmd status --json`, run in this process (a subprocess takes a second to start)."""
+    result = CliRunner().invoke(llmd_main, ["status", "--json", "--address", address])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_gauges_match_llmd_status_json_under_load(loaded_http):
+    """/metrics and `llmd status --json` agree while requests run, wait and are preempted.
+
+    Each comparison is a status taken between two scrapes whose queue agrees (see
+    _bracket_key): its queue counts must match exactly, its KV use lie between theirs.
+    """
+    loaded_http.wait_idle()
+    completions: dict[int, Completion | BaseException] = {}
+
+    def generate(index: int) -> None:
+        params = {"max_tokens": LOADED_MAX_TOKENS, "ignore_eos": True, "temperature": 0.0}
+        try:
+            with Client(loaded_http.address, timeout=120) as client:
+                completions[index] = client.generate(f"load {index}", params=params)
+        except BaseException as error:  # reported below
+            completions[index] = error
+
+    threads = [threading.Thread(target=generate, args=(i,)) for i in range(NUM_LOADED_REQUESTS)]
+    for thread in threads:
+        thread.start()
+    with Client(loaded_http.address) as client:  # every request is in the engine
+        deadline = time.monotonic() + 30
+        while True:
+            queue = client.stats(include_requests=False, include_block_map=False)["queue"]
+            if queue["running"] + queue["waiting"] == NUM_LOADED_REQUESTS:
+                break
+            assert time.monotonic() < deadline, queue
+            time.sleep(0.005)
+    seen = {"running and waiting": 0, "preempted": 0}
+    num_brackets = 0
+    with httpx.Client() as http:  # one connection: quicker scrapes, more of them hold still
+        while any(thread.is_alive() for thread in threads):
+            first = _scrape(loaded_http, http)
+            status = _status_json(loaded_http.address)
+            second = _scrape(loaded_http, http)
+            if _bracket_key(first) != _bracket_key(second):
+                continue  # a request was admitted, preempted or finished meanwhile: again
+            num_brackets += 1
+            gauges, later = _gauges(first), _gauges(second)
+            queue = {key: gauges[key] for key in ("running", "waiting", "preempted")}
+            assert queue == {key: status["queue"][key] for key in queue}, (queue, status)
+            # KV use grows between the scrapes (a block every 16 tokens): the status's is between.
+            usage = status["kv"]["usage"]
+            assert usage == status["kv"]["num_used"] / status["kv"]["num_total"]
+            assert gauges["usage"] <= usage <= later["usage"], (gauges, status, later)
+            assert (gauges["usage"] > 0) == (gauges["running"] > 0), gauges
+            if gauges["running"] > 0 and gauges["waiting"] > 0:
+                seen["running and waiting"] += 1
+            if gauges["preempted"] > 0:
+                seen["preempted"] += 1
+    for thread in threads:
+        thread.join(120)
+    assert min(seen.values()) > 0, (seen, num_brackets)
+    for index in range(NUM_LOADED_REQUESTS):
+        completion = completions[index]
+        assert isinstance(completion, Completion), completion
+        assert len(completion.token_ids) == LOADED_MAX_TOKENS
+    after = _scrape(loaded_http)
+    assert _value(after, "num_preemptions_total") > 0
+    assert _gauges(after) == {"running": 0, "waiting": 0, "preempted": 0, "usage": 0}
