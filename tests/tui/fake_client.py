@@ -38,6 +38,10 @@ class ScriptedReply:
     """Raised instead of streaming (after `accepted`, like a failing engine)."""
     hold: bool = False
     """After the chunks, wait until aborted (then finish with 'abort')."""
+    chunk_delay_s: float | None = 0.005
+    """Pause before each chunk; None sends the chunks and the finish in one burst."""
+    before_last_chunk: asyncio.Event | None = None
+    """Set by the test to let the last chunk, and the finish right after it, go out."""
 
 
 def finished_message(client_id: str, reason: str, num_tokens: int) -> Finished:
@@ -94,8 +98,11 @@ class FakeAsyncClient:
             if reply.error is not None:
                 is_done = True
                 raise reply.error
-            for chunk in reply.chunks:
-                await asyncio.sleep(0.005)
+            for index, chunk in enumerate(reply.chunks):
+                if reply.before_last_chunk is not None and index == len(reply.chunks) - 1:
+                    await reply.before_last_chunk.wait()
+                if reply.chunk_delay_s is not None:
+                    await asyncio.sleep(reply.chunk_delay_s)
                 if aborted.is_set():
                     break
                 yield TokenDelta(id=client_id, text=chunk, token_ids=[1])

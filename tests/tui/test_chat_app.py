@@ -11,7 +11,7 @@ from llmd.tui.chat.assistant_reply import AssistantReply
 from llmd.tui.chat.notice import Notice
 from llmd.tui.chat.prompt_input import PromptInput
 from tests.tui.fake_client import FakeAsyncClient, ScriptedReply
-from tests.tui.waiting import wait_for
+from tests.tui.waiting import settle, wait_for
 
 
 def make_app(*replies: ScriptedReply, system_prompt: str | None = None):
@@ -20,9 +20,16 @@ def make_app(*replies: ScriptedReply, system_prompt: str | None = None):
 
 
 async def submit(pilot, text: str) -> None:
+    """Type `text` and press Enter; returns once the app has handled it (a reply may stream on)."""
     prompt = pilot.app.query_one(PromptInput)
     prompt.value = text
-    await pilot.press("enter")
+    await press(pilot, "enter")
+
+
+async def press(pilot, *keys: str) -> None:
+    """Press `keys`; returns once the app has handled them (Pilot alone may return before)."""
+    await pilot.press(*keys)
+    await settle(pilot)
 
 
 def notices(app) -> list[str]:
@@ -125,10 +132,10 @@ async def test_up_and_down_browse_the_prompt_history():
         await wait_for(pilot, lambda: not app.conversation.is_waiting)
         await submit(pilot, "second")
         await wait_for(pilot, lambda: not app.conversation.is_waiting)
-        await pilot.press("d", "r", "a", "f", "t")
+        await press(pilot, "d", "r", "a", "f", "t")
         shown = []
         for key in ("up", "up", "up", "down", "down"):
-            await pilot.press(key)
+            await press(pilot, key)
             shown.append(prompt.value)
     assert shown == ["second", "first", "first", "second", "draft"]
 

@@ -184,7 +184,7 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
         await self._add(Notice("Conversation cleared."))
 
     async def _abort_timed_out(self, number: int) -> None:
-        if self.conversation.is_waiting and number == self.reply_number:
+        if self.is_running and self.conversation.is_waiting and number == self.reply_number:
             await self._end_reply_locally(number, "stopped (the daemon did not confirm the abort)")
 
     async def _end_reply_locally(self, number: int, reason: str) -> None:
@@ -237,8 +237,12 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
     # ------------------------------------------------------------------ worker events
 
     def _current(self, number: int) -> AssistantReply | None:
+        """The reply an event of reply `number` is for: None if it was stopped or replaced,
+        or if the app is shutting down (its widgets may already be gone)."""
         reply = self.active_reply
-        return reply if reply is not None and reply.reply_number == number else None
+        if reply is None or reply.reply_number != number or not self.is_running:
+            return None
+        return reply
 
     def on_reply_accepted(self, event: ReplyAccepted) -> None:
         reply = self._current(event.reply_number)
@@ -254,12 +258,12 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
                 f"prefill {event.num_computed_tokens}/{event.num_prompt_tokens} prompt tokens"
             )
 
-    async def on_reply_delta(self, event: ReplyDelta) -> None:
+    def on_reply_delta(self, event: ReplyDelta) -> None:
         reply = self._current(event.reply_number)
         if reply is not None:
             if not reply.text:
                 reply.show_status("streaming…")
-            await reply.append(event.text, printable(event.text))
+            reply.append(event.text, printable(event.text))
 
     async def on_reply_finished(self, event: ReplyFinished) -> None:
         reply = self._current(event.reply_number)

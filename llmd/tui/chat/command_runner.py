@@ -23,6 +23,7 @@ class CommandRunner:
 
     client: Any
     conversation: Conversation
+    is_running: bool
 
     async def _run_command(self, text: str) -> None:
         try:
@@ -72,6 +73,8 @@ class CommandRunner:
             self.post_message(StatsFetched(None, error))
 
     async def on_stats_fetched(self, event: StatsFetched) -> None:
+        if not self.is_running:  # a late answer while the app shuts down: no widgets to update
+            return
         if event.snapshot is None:
             await self._add(Notice(describe_error(event.error), is_error=True))
             return

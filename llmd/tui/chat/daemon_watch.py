@@ -32,6 +32,7 @@ class DaemonWatch:
     model_name: str
     daemon_health: dict[str, Any] | None
     is_daemon_lost: bool
+    is_running: bool
     _is_health_pending: bool
 
     def _watch_daemon(self) -> None:
@@ -65,6 +66,8 @@ class DaemonWatch:
         self.is_daemon_lost = True
 
     async def on_daemon_info(self, event: DaemonInfo) -> None:
+        if not self.is_running:  # a late answer while the app shuts down: no widgets to update
+            return
         activity = "generating…" if self.conversation.is_waiting else ""
         if event.health is None:
             if not self.is_daemon_lost:
