@@ -213,10 +213,19 @@ class LLMEngine:
         return self.scheduler.finish_request(request_id, FinishReason.ABORT)
 
     def finish_request(
-        self, request_id: str, reason: FinishReason, stop_reason: int | str | None = None
+        self,
+        request_id: str,
+        reason: FinishReason,
+        stop_reason: int | str | None = None,
+        num_output_tokens: int | None = None,
     ) -> Request | None:
-        """End a request from outside the step loop (a matched stop string, an error)."""
-        return self.scheduler.finish_request(request_id, reason, stop_reason)
+        """End a request from outside the step loop (a matched stop string, an error).
+
+        `num_output_tokens`: the generated tokens delivered; later samples are dropped.
+        """
+        return self.scheduler.finish_request(
+            request_id, reason, stop_reason, num_output_tokens=num_output_tokens
+        )
 
     def has_unfinished_requests(self) -> bool:
         """True while any request waits or runs, or a launched step is still to be applied."""

@@ -37,15 +37,19 @@ class RequestMetrics:
     """Inter-token latencies: the gaps between consecutive output tokens."""
 
     @classmethod
-    def from_request(cls, request: Request) -> RequestMetrics:
-        """Derive every latency from a request's timestamps."""
+    def from_request(cls, request: Request, num_output_tokens: int | None = None) -> RequestMetrics:
+        """Derive every latency from a request's timestamps.
+
+        `num_output_tokens` counts only the first tokens (those delivered before a stop
+        string that matched outside the engine), whatever was sampled after them.
+        """
         times = request.times
-        token_times = times.token_times
+        token_times = times.token_times[:num_output_tokens]  # a copy: the engine may truncate
         itl = tuple(b - a for a, b in itertools.pairwise(token_times))
         decode_time = token_times[-1] - token_times[0] if len(token_times) > 1 else None
         return cls(
             num_prompt_tokens=request.num_prompt_tokens,
-            num_generated_tokens=request.num_output_tokens,
+            num_generated_tokens=min(request.num_output_tokens, len(token_times)),
             num_cached_tokens=request.num_cached_tokens,
             num_preemptions=request.num_preemptions,
             queue_time=_span(times.arrival, times.first_scheduled),

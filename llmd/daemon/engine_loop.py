@@ -59,6 +59,8 @@ class FinishCommand:
     request_id: str
     reason: FinishReason
     stop_reason: int | str | None = None
+    num_output_tokens: int | None = None
+    """Generated tokens delivered up to the stop; tokens the engine sampled after are dropped."""
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,11 @@ class EngineLoop:
         elif isinstance(command, AbortCommand):
             self._ended(engine.abort_request(command.request_id), batch)
         elif isinstance(command, FinishCommand):
-            request = engine.finish_request(command.request_id, command.reason, command.stop_reason)
+            request = engine.finish_request(
+                command.request_id, command.reason, command.stop_reason, command.num_output_tokens
+            )
+            if request is None and command.num_output_tokens is not None:
+                self._keep_delivered_tokens(command.request_id, command.num_output_tokens)
             self._ended(request, batch)
         elif isinstance(command, SnapshotCommand):
             try:
@@ -235,6 +241,14 @@ class EngineLoop:
         if request is not None:
             batch.ended.append(request)
             self._recent.append(request)
+
+    def _keep_delivered_tokens(self, request_id: str, num_output_tokens: int) -> None:
+        """A request that ended (by length, say) before its stop string was seen keeps, in
+        the stats, only the tokens delivered up to the stop."""
+        for recent in self._recent:
+            if recent.request_id == request_id:
+                recent.keep_output_tokens(num_output_tokens)
+                return
 
     def _is_recent(self, request: Request) -> bool:
         """True if `request` is listed already: with async scheduling, one ended from outside

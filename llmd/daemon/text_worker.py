@@ -265,7 +265,12 @@ class TextWorker:
             if not update.is_finished:
                 live.is_ending = True
                 self.engine_loop.submit(
-                    FinishCommand(live.engine_id, FinishReason.STOP, delta.stop_string)
+                    FinishCommand(
+                        live.engine_id,
+                        FinishReason.STOP,
+                        delta.stop_string,
+                        num_output_tokens=len(live.output_token_ids),
+                    )
                 )
         elif update.is_finished:
             text += live.detokenizer.flush()
@@ -287,7 +292,8 @@ class TextWorker:
         stop_reason = request.stop_reason
         if live.stop_string is not None:
             reason, stop_reason = FinishReason.STOP.value, live.stop_string
-        metrics = RequestMetrics.from_request(request)
+        num_delivered = len(live.output_token_ids) if live.stop_string is not None else None
+        metrics = RequestMetrics.from_request(request, num_delivered)
         self.metrics.record_request(metrics, reason)
         if reason == FinishReason.ERROR.value:
             error = RequestFailedError(request.error_message or "the engine failed this request")

@@ -150,6 +150,16 @@ class Request:
         self.stop_reason = stop_reason
         self.times.finished = now
 
+    def keep_output_tokens(self, num_output_tokens: int) -> None:
+        """Forget generated tokens past the first `num_output_tokens` (and their times).
+
+        A stop string is matched outside the engine, which may have sampled on meanwhile;
+        those tokens were never delivered, so the request's counts must not include them.
+        """
+        if num_output_tokens < self.num_output_tokens:
+            del self.all_token_ids[self.num_prompt_tokens + num_output_tokens :]
+            del self.times.token_times[num_output_tokens:]
+
     def __repr__(self) -> str:
         return (
             f"Request({self.request_id!r}, status={self.status.value}, "

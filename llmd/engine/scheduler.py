@@ -82,8 +82,13 @@ class Scheduler:
         reason: FinishReason,
         stop_reason: int | str | None = None,
         now: float | None = None,
+        num_output_tokens: int | None = None,
     ) -> Request | None:
-        """End a request from outside the step (abort, stop string, error); frees its KV now."""
+        """End a request from outside the step (abort, stop string, error); frees its KV now.
+
+        `num_output_tokens`, when given, is how many generated tokens were delivered (a stop
+        string matched there): any sampled after them are dropped from the request.
+        """
         request = self.requests.pop(request_id, None)
         if request is None:
             return None
@@ -93,6 +98,8 @@ class Scheduler:
             self.waiting.remove(request)
         self.block_manager.free(request)
         request.finish(reason, time.monotonic() if now is None else now, stop_reason)
+        if num_output_tokens is not None:
+            request.keep_output_tokens(num_output_tokens)
         return request
 
     # ------------------------------------------------------------ scheduling

@@ -184,3 +184,27 @@ def test_an_abort_while_a_sample_is_in_flight_leaves_no_placeholder(model_path):
     assert PENDING_TOKEN_ID not in request.all_token_ids
     assert request.num_output_tokens == num_real
     engine.scheduler.check_integrity()
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_stop_found_outside_the_engine_keeps_only_the_delivered_tokens(model_path, is_async):
+    """The daemon's text thread may match a stop string a few tokens after the engine
+    sampled them; finishing with the delivered count drops the rest from every count."""
+    from llmd.engine.request import FinishReason
+    from llmd.outputs import RequestMetrics
+
+    llm = LLM(str(model_path), device="cpu", num_blocks=64, block_size=4,
+              async_scheduling=is_async)  # fmt: skip
+    engine = llm.engine
+    request = engine.add_request([5, 6, 7], SamplingParams(max_tokens=40, ignore_eos=True))
+    while request.num_output_tokens < 8:
+        engine.step()
+    delivered = request.output_token_ids[:3]
+    engine.finish_request(request.request_id, FinishReason.STOP, "xy", num_output_tokens=3)
+    assert request.output_token_ids == delivered and len(request.times.token_times) == 3
+    metrics = RequestMetrics.from_request(request)
+    assert metrics.num_generated_tokens == 3 and len(metrics.itl) == 2
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert request.output_token_ids == delivered
+    engine.scheduler.check_integrity()
