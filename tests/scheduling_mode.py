@@ -10,7 +10,6 @@ cover both modes themselves parametrize over `MODES` and pass `serve_flags(mode)
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 ENV_VAR = "LLMD_TEST_ASYNC_SCHEDULING"
@@ -47,24 +46,10 @@ def engine_kwargs(is_async: bool = ASYNC_SCHEDULING) -> dict[str, Any]:
     return {"async_scheduling": is_async}
 
 
-def flag_in_command_line(pid: int) -> bool | None:
-    """The mode a running `llmd serve` was given on its command line (None: neither flag).
-
-    The daemon's status does not report the engine's mode, so a harness that forgot the
-    flag is found from the process's own arguments.
-    """
-    arguments = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-    flags = [argument for argument in arguments if argument in (ON_FLAG, OFF_FLAG)]
-    return None if not flags else flags[-1] == ON_FLAG
-
-
-def daemon_mode(address: str) -> bool | None:
-    """The mode of the `llmd serve` at `address`: its status's, else its command line's."""
+def daemon_mode(address: str) -> bool:
+    """The scheduling mode the engine of the `llmd serve` at `address` really runs."""
     from llmd.client import Client
 
     with Client(address) as client:
-        pid = client.health()["pid"]
         facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-    if "async_scheduling" in facts:  # not reported (yet): see flag_in_command_line
-        return facts["async_scheduling"]
-    return flag_in_command_line(pid)
+    return facts["async_scheduling"]

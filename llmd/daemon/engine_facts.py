@@ -65,6 +65,7 @@ def engine_facts(engine: Any) -> dict[str, Any]:
         "block_size": engine.config.block_size,
         "num_blocks": engine.runner.num_blocks,
         "attention_backend": engine.runner.backend.name,
+        "async_scheduling": engine.async_scheduling,
         "version": __version__,
         "protocol_version": PROTOCOL_VERSION,
     }

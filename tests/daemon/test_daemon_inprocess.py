@@ -218,13 +218,13 @@ def test_runner_failure_fails_only_that_step(tiny_model_dir, tmp_path):
     address = f"ipc://{tmp_path / 'f.sock'}"
     with inprocess_daemon(tiny_model_dir, address) as served:
         runner = served.engine.runner
-        execute = runner.execute
+        launch = runner.launch  # both scheduling modes launch (sync: execute = launch + resolve)
 
         def fail_once(plan):
-            runner.execute = execute
+            runner.launch = launch
             raise RuntimeError("injected device error")
 
-        runner.execute = fail_once
+        runner.launch = fail_once
         with Client(address) as client:
             with pytest.raises(RequestFailedError, match="injected device error"):
                 client.generate("unlucky", params=SHORT)

@@ -58,8 +58,11 @@ def _daemon_factory(model_dir, address: str):
     from llmd.daemon.server import Daemon
     from llmd.llm_engine import LLMEngine
     from llmd.protocol import parse_address
+    from tests.scheduling_mode import engine_kwargs
 
-    engine = LLMEngine(EngineConfig(model=str(model_dir), num_blocks=256, max_model_len=256))
+    config = EngineConfig(model=str(model_dir), num_blocks=256, max_model_len=256,
+                          **engine_kwargs())  # fmt: skip
+    engine = LLMEngine(config)
     return lambda: Daemon(engine, ServeOptions(address=address), parse_address(address))
 
 

@@ -13,7 +13,7 @@ from llmd.tui.chat.conversation import MESSAGE_OVERHEAD_CHARS, Conversation
 from llmd.tui.chat.oneshot import EXIT_OK, run_once
 from llmd.tui.chat.prompt_input import PromptInput
 from tests.tui.fake_client import HEALTH, FakeClient, ScriptedReply
-from tests.tui.test_chat_app import make_app, notices, submit
+from tests.tui.test_chat_app import make_app, notices, press, submit
 from tests.tui.waiting import wait_for
 
 
@@ -150,9 +150,9 @@ async def test_enter_while_a_reply_streams_keeps_the_typed_text_and_lines_can_be
     async with app.run_test() as pilot:
         await submit(pilot, "first")
         prompt = app.query_one(PromptInput)
-        await pilot.press("n", "e", "x", "t", "enter")
+        await press(pilot, "n", "e", "x", "t", "enter")
         assert prompt.value == "next"  # not sent, not lost
-        await pilot.press("escape")
+        await press(pilot, "escape")
         await wait_for(pilot, lambda: not app.conversation.is_waiting)
         await pilot.press("ctrl+j", "l", "i", "n", "e", "enter")
         await wait_for(pilot, lambda: len(client.requests) == 2)
