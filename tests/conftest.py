@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ["OMP_NUM_THREADS"] = "1"  # a user's setting would oversubscribe in-process engines
 
 from tests.kernels.triton_env import enable_interpreter_without_cuda
 

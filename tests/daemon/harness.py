@@ -36,6 +36,7 @@ def daemon_env(runtime_dir: Path | None = None) -> dict[str, str]:
     """Environment for a daemon or CLI subprocess: one torch thread, repo on the path."""
     env = dict(os.environ)
     env.pop("LLMD_ADDRESS", None)
+    env.pop("LLMD_API_KEY", None)  # a user's exported key would make every test daemon ask for it
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env["OMP_NUM_THREADS"] = "1"
     env["TOKENIZERS_PARALLELISM"] = "false"

@@ -323,7 +323,7 @@ def _vanish(address: str, max_tokens: int) -> tuple[dict, str, dict]:
     assert isinstance(peer.receive(), TokenDelta)
     peer.close()  # no abort: the daemon notices when a send fails
     with Client(address) as client:
-        snapshot = _wait_idle(client, 3.0)
+        snapshot = _wait_idle(client, 10.0)
         assert snapshot["queue"]["running"] == 0 and snapshot["kv"]["num_used"] == 0
         num_finished = sum(finished_before.values()) + 1
         snapshot = _wait_finished(client, num_finished, 10.0, accepted.request_id)

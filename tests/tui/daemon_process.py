@@ -24,6 +24,7 @@ def subprocess_env() -> dict[str, str]:
     """Environment for daemon and CLI subprocesses: the repo on the path, one torch thread."""
     env = dict(os.environ)
     env.pop("LLMD_ADDRESS", None)
+    env.pop("LLMD_API_KEY", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env["OMP_NUM_THREADS"] = "1"
     env["TOKENIZERS_PARALLELISM"] = "false"
