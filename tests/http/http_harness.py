@@ -6,8 +6,11 @@ HTTP responses under test.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import httpx
 
 from llmd.client import Client
 from tests import scheduling_mode
+from tests.daemon.harness import REPO_ROOT, daemon_env, free_tcp_port, wait_dead, wait_healthy
 
 MAX_MODEL_LEN = 512
 """The tiny checkpoint's position limit: long enough to outlive a disconnect by a second."""
@@ -69,3 +73,29 @@ def wait_http_ready(url: str, process: subprocess.Popen | None = None) -> None:
             pass
         time.sleep(0.1)
     raise TimeoutError(f"no HTTP API at {url}")
+
+
+@contextlib.contextmanager
+def http_daemon(model_dir: Path, runtime: Path, args: list[str]) -> Iterator[ServedHttp]:
+    """`llmd serve --http-port PORT` with `args` (DAEMON_ARGS or the like, with the run's
+    scheduling mode) on a free port, socket and log in `runtime`; drained on exit."""
+    address = f"ipc://{runtime / 'd.sock'}"
+    port = free_tcp_port()
+    log_path = runtime / "daemon.log"
+    command = [sys.executable, "-m", "llmd.cli", "serve", "--model", str(model_dir)]
+    command += [*args, "--address", address, "--http-port", str(port)]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command, env=daemon_env(runtime), cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log
+        )
+    process.log_path = log_path  # type: ignore[attr-defined]
+    try:
+        wait_healthy(address, process)
+        url = f"http://127.0.0.1:{port}"
+        wait_http_ready(url, process)
+        yield ServedHttp(url, address, process, log_path, Path(model_dir))
+    finally:
+        process.terminate()
+        if not wait_dead(process.pid, 20):
+            process.kill()
+        process.wait(5)

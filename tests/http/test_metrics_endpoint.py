@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -16,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmd.cli import main as llmd_main
 from llmd.client import Client, Completion
-from tests.daemon.harness import REPO_ROOT, daemon_env, free_tcp_port, wait_dead, wait_healthy
-from tests.http.http_harness import MAX_MODEL_LEN, ServedHttp, wait_http_ready
+from tests import scheduling_mode
+from tests.http.http_harness import MAX_MODEL_LEN, http_daemon
 
 PREFIX = "llmd:"
 
@@ -73,7 +70,7 @@ def test_counters_and_histograms_move_as_requests_complete(served_http):
 # tokens, so two 500-token requests (32 blocks each) run out of KV half-way; the newer one is
 # preempted and waits (it needs its 17 blocks back) until the older one finishes.
 LOADED_ARGS = ["--max-num-seqs", "2", "--num-blocks", "34", "--block-size", "16",
-               "--max-model-len", str(MAX_MODEL_LEN)]  # fmt: skip
+               "--max-model-len", str(MAX_MODEL_LEN), *scheduling_mode.serve_flags()]  # fmt: skip
 NUM_LOADED_REQUESTS = 10
 LOADED_MAX_TOKENS = 500
 
@@ -81,26 +78,8 @@ LOADED_MAX_TOKENS = 500
 @pytest.fixture(scope="module")
 def loaded_http(tiny_model_dir, tmp_path_factory):
     """`llmd serve --http-port PORT` with LOADED_ARGS; terminated at the end of the module."""
-    runtime = tmp_path_factory.mktemp("http-loaded")
-    address = f"ipc://{runtime / 'd.sock'}"
-    port = free_tcp_port()
-    log_path = runtime / "daemon.log"
-    command = [sys.executable, "-m", "llmd.cli", "serve", "--model", str(tiny_model_dir)]
-    command += [*LOADED_ARGS, "--address", address, "--http-port", str(port)]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            command, env=daemon_env(runtime), cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log
-        )
-    try:
-        wait_healthy(address, process)
-        url = f"http://127.0.0.1:{port}"
-        wait_http_ready(url, process)
-        yield ServedHttp(url, address, process, log_path, Path(tiny_model_dir))
-    finally:
-        process.terminate()
-        if not wait_dead(process.pid, 20):
-            process.kill()
-        process.wait(5)
+    with http_daemon(tiny_model_dir, tmp_path_factory.mktemp("http-loaded"), LOADED_ARGS) as served:
+        yield served
 
 
 _GAUGES = {
