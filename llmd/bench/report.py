@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from llmd.bench.capacity import capacity_line, rate_text, render_probes
 from llmd.bench.latency_stats import summarize
 from llmd.bench.request_record import ABORTED, FAILED, RequestRecord
 from llmd.bench.slo import Slo, goodput
@@ -191,6 +192,11 @@ def render_table(result: dict[str, Any]) -> str:
             f"(peaks {_fmt(daemon['peak_gb_per_s'], 1)} GB/s, "
             f"{_fmt(daemon['peak_tflop_per_s'], 3)} TFLOP/s, {daemon['peak_source']})"
         )
+    capacity = result.get("capacity_at_slo")
+    if capacity:
+        shown = "the highest that passed" if capacity["rate_rps"] else "none passed: the lowest"
+        lines[:0] = [f"the probe at {rate_text(result['config']['request_rate'])} req/s ({shown}):"]
+        lines += ["", render_probes(capacity), capacity_line(capacity)]
     return "\n".join(lines)
 
 

@@ -7,14 +7,18 @@ a sweep point is exactly what a user would get running `bench serve` by hand.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from llmd.bench.arrivals import arrival_offsets
+from llmd.bench.capacity import Capacity, CapacityOptions, Probe, find_capacity, rate_text
 from llmd.bench.datasets import (
+    FIRST_TOKEN_ID,
     Session,
     multi_turn_sessions,
     random_sessions,
@@ -26,6 +30,10 @@ from llmd.bench.progress import Progress
 from llmd.bench.report import build_result
 from llmd.bench.slo import Slo
 from llmd.errors import InvalidParameterError
+
+NUM_WARMUP_REQUESTS = 2
+WARMUP_SEED_OFFSET = 1_000_003
+"""Warm-up prompts come from a seed no measured run uses."""
 
 
 @dataclass(frozen=True)
@@ -101,8 +109,37 @@ def build_sessions(options: ServeOptions, stats: dict[str, Any]) -> list[Session
     raise InvalidParameterError(f"unknown dataset {options.dataset!r}", "dataset")
 
 
-async def run_serve_async(options: ServeOptions, driver=None) -> dict[str, Any]:
-    """Run the benchmark against the daemon and return every figure (see report.py)."""
+def shifted_sessions(sessions: list[Session], shift: int, vocab_size: int) -> list[Session]:
+    """The sessions with every prompt id above the special ones moved `shift` places (mod vocab).
+
+    A capacity search replays one workload at many rates; shifted ids keep its lengths,
+    shared prefixes and arrival times but miss the prefix cache the previous probe filled.
+    """
+    span = vocab_size - FIRST_TOKEN_ID
+    if not shift or span <= 1:
+        return sessions
+
+    def move(token: int) -> int:
+        if not FIRST_TOKEN_ID <= token < vocab_size:
+            return token
+        return FIRST_TOKEN_ID + (token - FIRST_TOKEN_ID + shift) % span
+
+    return [
+        Session(tuple(
+            dataclasses.replace(turn, prompt_token_ids=tuple(map(move, turn.prompt_token_ids)))
+            for turn in session.turns
+        ))
+        for session in sessions
+    ]  # fmt: skip
+
+
+async def run_serve_async(
+    options: ServeOptions, driver=None, token_shift: int = 0
+) -> dict[str, Any]:
+    """Run the benchmark against the daemon and return every figure (see report.py).
+
+    `token_shift` moves every prompt id (shifted_sessions) so a replay misses the cache.
+    """
     slo = Slo.parse(options.slo)
     if options.max_concurrency is not None and options.max_concurrency < 1:
         raise InvalidParameterError("max_concurrency must be at least 1", "max_concurrency")
@@ -122,6 +159,9 @@ async def run_serve_async(options: ServeOptions, driver=None) -> dict[str, Any]:
     try:
         before = await driver.stats()
         sessions = build_sessions(options, before)
+        if token_shift:
+            vocab_size = options.vocab_size or before.get("daemon", {}).get("vocab_size")
+            sessions = shifted_sessions(sessions, token_shift, int(vocab_size or 0))
         kind = (
             "gamma"
             if options.burstiness != 1.0 and options.arrival == "poisson"
@@ -151,6 +191,50 @@ def _json_rate(rate: float) -> float | str:
 def run_serve(options: ServeOptions) -> dict[str, Any]:
     """Blocking wrapper of run_serve_async."""
     return asyncio.run(run_serve_async(options))
+
+
+def warm_up(options: ServeOptions) -> None:
+    """A few requests at once from an unused seed, so no measured run pays for start-up."""
+    warmup = dataclasses.replace(
+        options, num_prompts=NUM_WARMUP_REQUESTS, request_rate=math.inf, show_progress=False,
+        slo=None, seed=options.seed + WARMUP_SEED_OFFSET,
+    )  # fmt: skip
+    asyncio.run(run_serve_async(warmup))
+
+
+def run_capacity(
+    options: ServeOptions,
+    search: CapacityOptions,
+    echo: Callable[[str], None] | None = None,
+    warm_up_first: bool = True,
+) -> tuple[Capacity, dict[str, Any]]:
+    """Search the capacity at options.slo; returns it and the full result at that rate.
+
+    Every probe runs options' workload at its own rate (its prompt ids shifted by the
+    probe's index); the result returned is the highest passing probe's, or the lowest
+    probe's when none passed.
+    """
+    slo = Slo.parse(options.slo)
+    if slo.is_empty:
+        raise InvalidParameterError("capacity at SLO needs targets: pass --slo", "capacity")
+    if warm_up_first:
+        warm_up(options)
+    results: dict[float, dict[str, Any]] = {}
+
+    def measure(rate: float) -> Probe:
+        probe_options = dataclasses.replace(options, request_rate=rate)
+        result = asyncio.run(run_serve_async(probe_options, token_shift=len(results)))
+        results[rate] = result
+        probe = Probe.from_result(result, rate)
+        if echo is not None:
+            verdict = "pass" if probe.passes(search.attainment_threshold) else "fail"
+            echo(f"  probe {len(results)}: {rate_text(rate)} req/s, "
+                 f"{100 * (probe.attainment or 0):.0f}% within SLO: {verdict}")  # fmt: skip
+        return probe
+
+    capacity = find_capacity(measure, search)
+    shown = results[capacity.rate_rps] if capacity.rate_rps else results[search.min_rate_rps]
+    return capacity, {**shown, "capacity_at_slo": capacity.to_json(slo.as_ms())}
 
 
 def default_model_dir() -> Path:

@@ -19,9 +19,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmd.bench.capacity import CapacityOptions
 from llmd.bench.png_plot import curves_by_setting, has_matplotlib, write_png
-from llmd.bench.serve import ServeOptions, run_serve_async
+from llmd.bench.serve import ServeOptions, run_capacity, run_serve_async, warm_up
 from llmd.bench.slo import Slo
+from llmd.bench.sweep_capacity import (
+    load_capacities,
+    most_capacity,
+    render_capacities,
+    save_capacity,
+)
 from llmd.bench.sweep_point import (
     SweepPoint,
     best_setting,
@@ -35,9 +42,6 @@ from llmd.errors import InvalidParameterError
 
 PNG_NAME = "sweep.png"
 SUMMARY_NAME = "sweep.json"
-NUM_WARMUP_REQUESTS = 2
-WARMUP_SEED_OFFSET = 1_000_003
-"""Warm-up prompts come from a seed no measured point uses."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class SweepOptions:
     serve_args: tuple[str, ...] = ()
     """Extra `llmd serve` arguments for every daemon (e.g. --num-blocks 512)."""
     start_timeout_s: float = 300.0
+    capacity: CapacityOptions | None = None
+    """Also search each setting's capacity at the workload's SLO (after its rates)."""
 
 
 def _start_daemon(options: SweepOptions, budget: int, seqs: int | None, address: str, log: Path):
@@ -96,8 +102,10 @@ def _stop_daemon(process: subprocess.Popen) -> None:
 
 def run_sweep(options: SweepOptions, echo: Callable[[str], None] = print) -> list[SweepPoint]:
     """Run every (setting, rate) point, saving each under output_dir/points; returns them."""
-    if not options.budgets or not options.request_rates:
-        raise InvalidParameterError("a sweep needs at least one budget and one rate", "budgets")
+    if not options.budgets:
+        raise InvalidParameterError("a sweep needs at least one budget", "budgets")
+    if not options.request_rates and options.capacity is None:
+        raise InvalidParameterError("a sweep needs --request-rates or --capacity", "request_rates")
     folder = options.output_dir
     folder.mkdir(parents=True, exist_ok=True)
     points = []
@@ -109,12 +117,7 @@ def run_sweep(options: SweepOptions, echo: Callable[[str], None] = print) -> lis
             log = folder / f"daemon_budget{budget}{'' if seqs is None else f'_seqs{seqs}'}.log"
             process = _start_daemon(options, budget, seqs, address, log)
             try:
-                warmup = dataclasses.replace(
-                    options.workload, address=address, num_prompts=NUM_WARMUP_REQUESTS,
-                    request_rate=float("inf"), show_progress=False, slo=None,
-                    seed=options.workload.seed + WARMUP_SEED_OFFSET,
-                )  # fmt: skip
-                asyncio.run(run_serve_async(warmup))
+                warm_up(dataclasses.replace(options.workload, address=address))
                 for index, rate in enumerate(options.request_rates):
                     # Each rate draws new prompts (the same ones for every setting): reusing
                     # a seed would let a point hit the prefix cache its predecessor filled.
@@ -133,9 +136,22 @@ def run_sweep(options: SweepOptions, echo: Callable[[str], None] = print) -> lis
                         f"p99 TTFT {point.ttft_p99_ms or 0:.0f} ms, "
                         f"goodput {point.goodput_per_s or 0:.2f} req/s"
                     )
+                if options.capacity is not None:
+                    _search_capacity(options, address, budget, seqs, echo)
             finally:
                 _stop_daemon(process)
     return points
+
+
+def _search_capacity(options: SweepOptions, address: str, budget: int, seqs: int | None,
+                     echo: Callable[[str], None]) -> None:  # fmt: skip
+    """One setting's capacity search, on prompts no rate point of the sweep used."""
+    workload = dataclasses.replace(
+        options.workload, address=address, seed=options.workload.seed + len(options.request_rates)
+    )
+    echo("  capacity at SLO:")
+    result = run_capacity(workload, options.capacity, echo, warm_up_first=False)[1]
+    save_capacity(options.output_dir, result["capacity_at_slo"], budget, seqs)
 
 
 def render_sweep(points: Sequence[SweepPoint]) -> str:
@@ -176,16 +192,29 @@ def finish_sweep(
     """Summarize a sweep folder: sweep.json, the PNG when matplotlib is there, the text.
 
     With `slo`, every point's goodput is recomputed from its raw requests under those
-    targets, so a sweep can be re-ranked for another SLO without being re-run.
+    targets, so a sweep can be re-ranked for another SLO without being re-run; capacities
+    stay those searched under the sweep's own SLO (their lines name it).
     """
     folder = Path(folder)
     points = load_points(folder, slo)
-    if not points:
+    capacities = load_capacities(folder)
+    if not points and not capacities:
         raise InvalidParameterError(f"no sweep points under {folder / 'points'}", "folder")
     best = best_setting(points)
-    summary = {"points": points_json(points), "best": None if best is None else best.setting}
+    most = most_capacity(capacities)
+    summary = {
+        "points": points_json(points),
+        "best": None if best is None else best.setting,
+        "capacity": [capacity.to_json() for capacity in capacities],
+        "most_capacity": None if most is None else most.setting,
+    }
     (folder / SUMMARY_NAME).write_text(json.dumps(summary, indent=1))
-    text = render_sweep(points)
+    parts = [render_sweep(points)] if points else []
+    if capacities:
+        parts.append(render_capacities(capacities))
+    text = "\n\n".join(parts)
+    if not points:
+        return text
     if has_matplotlib():
         path = write_png(points, png_path or folder / PNG_NAME)
         text += f"\nplot: {path}"

@@ -38,8 +38,7 @@ class SweepPoint:
     @property
     def setting(self) -> str:
         """The daemon setting as a label: "budget 256" or "budget 256, seqs 16"."""
-        seqs = "" if self.max_num_seqs is None else f", seqs {self.max_num_seqs}"
-        return f"budget {self.max_num_batched_tokens}{seqs}"
+        return setting_label(self.max_num_batched_tokens, self.max_num_seqs)
 
     @classmethod
     def from_result(
@@ -62,6 +61,12 @@ class SweepPoint:
             num_failed=result["num_failed"] + result["num_aborted"],
             slo_ms=result["goodput"]["slo_ms"],
         )
+
+
+def setting_label(budget: int, max_num_seqs: int | None) -> str:
+    """A daemon setting as a label: "budget 256" or "budget 256, seqs 16"."""
+    seqs = "" if max_num_seqs is None else f", seqs {max_num_seqs}"
+    return f"budget {budget}{seqs}"
 
 
 def point_path(folder: Path, budget: int, max_num_seqs: int | None, rate: float | str) -> Path:

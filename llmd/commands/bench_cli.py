@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from llmd.commands.bench_options import capacity_options, pop_capacity, serve_options
 from llmd.commands.help_text import ADDRESS_DEFAULT, ADDRESS_HELP
 from llmd.errors import LLMDError
 
@@ -42,118 +43,6 @@ def bench() -> None:
     """Benchmark a daemon (serve), sweep token budgets (sweep), re-plot (plot), offline."""
 
 
-def serve_options(function):
-    """The workload options shared by `bench serve` and `bench sweep`."""
-    options = [
-        click.option(
-            "--dataset",
-            type=click.Choice(["random", "shared-prefix", "sharegpt", "multi-turn"]),
-            default="random",
-            show_default=True,
-            help="The workload.",
-        ),
-        click.option(
-            "--num-prompts",
-            type=int,
-            default=100,
-            show_default=True,
-            help="Requests to send (sessions, for multi-turn).",
-        ),
-        click.option(
-            "--input-len",
-            type=int,
-            default=128,
-            show_default=True,
-            help="Mean prompt tokens (the new tokens of each turn for multi-turn).",
-        ),
-        click.option(
-            "--output-len",
-            type=int,
-            default=64,
-            show_default=True,
-            help="Mean tokens to generate (EOS is ignored).",
-        ),
-        click.option(
-            "--range-ratio",
-            type=float,
-            default=0.0,
-            show_default=True,
-            help="random: lengths uniform in mean*(1-r)..mean*(1+r).",
-        ),
-        click.option(
-            "--num-groups",
-            type=int,
-            default=4,
-            show_default=True,
-            help="shared-prefix: groups, each with its own system prompt.",
-        ),
-        click.option(
-            "--prefix-len",
-            type=int,
-            default=256,
-            show_default=True,
-            help="shared-prefix: tokens of each group's system prompt.",
-        ),
-        click.option(
-            "--num-turns",
-            type=int,
-            default=3,
-            show_default=True,
-            help="multi-turn: user turns per session.",
-        ),
-        click.option(
-            "--dataset-path",
-            type=click.Path(dir_okay=False),
-            default=None,
-            help="sharegpt: a ShareGPT JSON or JSONL file.",
-        ),
-        click.option(
-            "--tokenizer",
-            default=None,
-            show_default="the daemon's",
-            help="sharegpt: model dir with tokenizer.json.",
-        ),
-        click.option(
-            "--arrival",
-            type=click.Choice(["poisson", "gamma", "fixed"]),
-            default="poisson",
-            show_default=True,
-            help="Inter-arrival law at --request-rate.",
-        ),
-        click.option(
-            "--burstiness",
-            type=float,
-            default=1.0,
-            show_default=True,
-            help="Gamma shape: 1 is Poisson, <1 burstier, >1 steadier.",
-        ),
-        click.option(
-            "--max-concurrency",
-            type=int,
-            default=None,
-            help="Closed loop: at most N requests in flight.",
-        ),
-        click.option(
-            "--seed",
-            type=int,
-            default=0,
-            show_default=True,
-            help="Seed of the workload: prompts, lengths and arrival times.",
-        ),
-        click.option("--slo", default=None, help="Targets for goodput: ttft=MS,tpot=MS,e2e=MS."),
-        click.option(
-            "--vocab-size",
-            type=int,
-            default=None,
-            show_default="the daemon's vocab",
-            help="Token-id range of random prompts.",
-        ),
-    ]
-    for option in reversed(options):
-        function = option(function)
-    return function
-
-
 @bench.command(
     "serve",
     epilog="""\b
@@ -161,6 +50,7 @@ Examples:
   llmd bench serve --request-rate 4 --num-prompts 200 --slo ttft=500,tpot=50
   llmd bench serve --dataset shared-prefix --max-concurrency 16 --json run.json
   llmd bench serve --http http://127.0.0.1:8000 --request-rate inf
+  llmd bench serve --capacity --slo ttft=500,tpot=50 --num-prompts 100 --json capacity.json
 """,
 )
 @click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
@@ -178,6 +68,7 @@ Examples:
     help="Requests (sessions) per second, or inf to send all at once.",
 )
 @serve_options
+@capacity_options
 @click.option(
     "--json",
     "json_path",
@@ -186,16 +77,25 @@ Examples:
     help="Write every figure and each request's raw timings here.",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def serve_command(request_rate: str, json_path: str | None, no_progress: bool, **kwargs) -> None:
+@click.pass_context
+def serve_command(
+    ctx: click.Context, request_rate: str, json_path: str | None, no_progress: bool, **kwargs
+) -> None:
     """Drive a running daemon with a seeded workload and report latency and goodput."""
     from llmd.bench.report import render_table, write_json
-    from llmd.bench.serve import ServeOptions, run_serve
+    from llmd.bench.serve import ServeOptions, run_capacity, run_serve
 
     try:
+        search = pop_capacity(kwargs)
+        if search is not None and not _is_default(ctx, "request_rate"):
+            raise click.UsageError("--capacity chooses the rates itself: drop --request-rate")
         options = ServeOptions(
             request_rate=_rate(request_rate), show_progress=not no_progress, **kwargs
         )
-        result = run_serve(options)
+        if search is None:
+            result = run_serve(options)
+        else:
+            result = run_capacity(options, search, lambda line: click.echo(line, err=True))[1]
     except LLMDError as error:
         raise _fail(error) from None
     click.echo(render_table(result))
@@ -204,6 +104,10 @@ def serve_command(request_rate: str, json_path: str | None, no_progress: bool, *
         click.echo(f"wrote {json_path}")
     if result["num_completed"] == 0:
         sys.exit(1)
+
+
+def _is_default(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -221,6 +125,8 @@ def _int_list(text: str) -> tuple[int, ...]:
     epilog="""\b
 Examples:
   llmd bench sweep --max-num-batched-tokens 256,1024,4096 --request-rates 1,2,4 --output-dir sweep/
+  llmd bench sweep --max-num-batched-tokens 256,1024 --capacity --slo ttft=500,tpot=50 \\
+      --output-dir sweep/
 """,
 )
 @click.option(
@@ -240,7 +146,8 @@ Examples:
 )
 @click.option(
     "--request-rates",
-    required=True,
+    default="",
+    show_default="none; needed unless --capacity",
     help="Request rates to run on each daemon, comma-separated (inf allowed).",
 )
 @click.option(
@@ -256,8 +163,9 @@ Examples:
     help="Extra `llmd serve` argument for each daemon (repeat: --serve-arg=--num-blocks=512).",
 )
 @serve_options
+@capacity_options
 def sweep_command(model, budgets, max_num_seqs, request_rates, output_dir, serve_args, **kwargs):
-    """Start a daemon per budget, run `bench serve` at each rate, plot, name the best."""
+    """Start a daemon per budget, run `bench serve` at each rate (or find its capacity), rank."""
     from pathlib import Path
 
     from llmd.bench.serve import ServeOptions
@@ -266,6 +174,7 @@ def sweep_command(model, budgets, max_num_seqs, request_rates, output_dir, serve
     rates = tuple(_rate(item) for item in request_rates.split(",") if item.strip())
     seqs = _int_list(max_num_seqs) if max_num_seqs else (None,)
     try:
+        search = pop_capacity(kwargs)
         options = SweepOptions(
             budgets=_int_list(budgets),
             request_rates=rates,
@@ -274,6 +183,7 @@ def sweep_command(model, budgets, max_num_seqs, request_rates, output_dir, serve
             max_num_seqs=seqs,
             model=model,
             serve_args=tuple(serve_args),
+            capacity=search,
         )
         run_sweep(options, click.echo)
         click.echo(finish_sweep(options.output_dir))
