@@ -5,7 +5,10 @@ The I/O thread never blocks on a send (non-blocking, ROUTER_MANDATORY): up to th
 high-water mark a slow peer's messages wait in ZeroMQ's queue, which bounds the memory it
 can hold; past it the peer is treated as gone, its requests are aborted, and a health
 probe of its requests names them unknown (the client then raises RequestLostError instead
-of waiting forever). (HTTP: tests/http/test_slow_reader_http.py.)
+of waiting forever). The mark bounds replies too: a health reply to a peer whose queue is
+still full is dropped like any other message, so a peer learns of its lost requests by
+probing once it has read what was queued for it (as the client does: it probes only after
+a silence). (HTTP: tests/http/test_slow_reader_http.py.)
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from tests.daemon.harness import FinishedRequests, RawPeer, inprocess_daemon
 
 NUM_SLOW_REQUESTS = 8
 MAX_TOKENS = 200
+QUIET_S = 3.0
+"""Silence after which a reading peer has everything queued for it (all of it is local)."""
 
 
 def _generate(client_id: str, logprobs: int | None = None) -> dict[str, Any]:
@@ -62,6 +67,20 @@ def _wait_idle(address: str, timeout_s: float = 30.0) -> dict[str, Any]:
             time.sleep(0.05)
 
 
+def _wait_finished_by_length(address: str, count: int, timeout_s: float = 30.0) -> None:
+    """Wait until `count` requests are counted as finished by length (the daemon counts a
+    finish after the engine freed its KV, so an idle engine may not have counted it yet)."""
+    deadline = time.monotonic() + timeout_s
+    with Client(address) as client:
+        while True:
+            snapshot = client.stats(include_requests=False, include_block_map=False)
+            num_finished = snapshot["totals"]["finished"].get("length", 0)
+            if num_finished >= count:
+                return
+            assert time.monotonic() < deadline, f"{num_finished} of {count} finished by length"
+            time.sleep(0.05)
+
+
 def _others_are_served(address: str) -> None:
     """Requests of another connection complete, and health answers, while one peer stalls."""
     with Client(address, timeout=30) as client:
@@ -84,8 +103,8 @@ def test_an_unread_stream_holds_up_nobody_and_is_delivered_whole_later(tiny_mode
             for client_id in client_ids:
                 slow.send_map(_generate(client_id))
             _others_are_served(address)
-            snapshot = _wait_idle(address)  # its requests ran to the end, unread
-            assert snapshot["totals"]["finished"].get("length", 0) >= NUM_SLOW_REQUESTS + 5
+            _wait_idle(address)  # its requests ran to the end, unread
+            _wait_finished_by_length(address, NUM_SLOW_REQUESTS + 5)
             events: dict[str, list[Any]] = {client_id: [] for client_id in client_ids}
             num_finished = 0
             while num_finished < NUM_SLOW_REQUESTS:
@@ -125,11 +144,15 @@ def test_a_peer_past_the_high_water_mark_is_dropped_and_its_requests_aborted(
             _wait_idle(address)
             aborted = [r for r in finished.since(0) if r.finish_reason.value == "abort"]
             assert aborted and all(r.num_output_tokens < MAX_TOKENS for r in aborted)
-            # Once it reads, the peer learns its requests are gone rather than waiting on.
+            # Once it reads, the peer learns its requests are gone rather than waiting on. It
+            # reads first: until then its queue may still be at the mark (the daemon's queue
+            # for it, and the socket buffers behind it, full), and a reply would be dropped.
+            deadline = time.monotonic() + 60
+            while slow.receive(timeout=QUIET_S) is not None:  # what was queued before the drop
+                assert time.monotonic() < deadline, "the unread peer's queue never ran dry"
             slow.send_map({"type": "health", "v": 1, "id": "probe", "request_ids": client_ids})
-            deadline = time.monotonic() + 30
-            while not isinstance(reply := slow.receive(timeout=10), HealthReply):
-                assert reply is not None and time.monotonic() < deadline
+            reply = slow.receive(timeout=30)
+            assert isinstance(reply, HealthReply) and reply.id == "probe", reply
             assert reply.is_healthy
             lost = set(reply.unknown_request_ids)
             assert lost and lost <= set(client_ids)
