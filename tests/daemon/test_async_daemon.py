@@ -251,7 +251,9 @@ def test_a_client_that_disconnects_mid_stream_frees_everything(served):
         peer.send_map(_generate(f"gone{index}", f"vanishing {index}", max_tokens=200))
     engine_ids: dict[str, str] = {}
     num_tokens = 0
-    while num_tokens < 6:
+    # All three accepted and streaming (on one core the first may stream 6 tokens before
+    # the third is accepted).
+    while num_tokens < 6 or len(engine_ids) < 3:
         reply = peer.receive(timeout=30)
         assert reply is not None
         if isinstance(reply, Accepted):
@@ -260,7 +262,6 @@ def test_a_client_that_disconnects_mid_stream_frees_everything(served):
             num_tokens += len(reply.token_ids)
         assert not isinstance(reply, Finished)
     peer.close()  # no abort sent: the daemon must notice the connection is gone
-    assert len(engine_ids) == 3
     with Client(served.address) as client:
         assert len(client.generate("still serving", params=FREE).token_ids) == 40
     snapshot = served.wait_idle()
