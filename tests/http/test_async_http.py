@@ -13,6 +13,7 @@ import contextlib
 import json
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +23,16 @@ import pytest
 from llmd.client import Client
 from llmd.engine.request import PENDING_TOKEN_ID
 from llmd.http.server import HttpServer
+from llmd.llm_engine import StepResult
 from tests.daemon.harness import FinishedRequests, free_tcp_port, inprocess_daemon
 from tests.scheduling_mode import MODES, mode_id
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True}
 IDLE_TIMEOUT_S = 20.0
+HOLD_AT = 100
+"""Tokens a disconnect test's requests generate before the engine holds them (`_held_at`)."""
+MAX_HOLD_S = 15.0
+"""Past it a held request runs on (within engine_requests_since's wait, to end by length)."""
 
 
 @dataclass
@@ -272,14 +278,45 @@ def test_completion_logprobs_streamed_equal_blocking(front):
 # ------------------------------------------------------------------ disconnects
 
 
+@contextlib.contextmanager
+def _held_at(engine: Any, num_tokens: int) -> Iterator[None]:
+    """While inside, once a running request has generated `num_tokens`, the engine steps no
+    more until no running request has (an abort took it), for at most MAX_HOLD_S.
+
+    So a disconnect test does not race generation: on a loaded machine the requests could
+    otherwise reach max_tokens before the disconnect is noticed. Held, the engine thread
+    still runs its commands between (empty) steps: adds, aborts, stats. A daemon that never
+    aborts gets its requests back after the hold, and they end by length.
+    """
+    step = engine.step
+    held_since: float | None = None
+
+    def holding_step() -> Any:
+        nonlocal held_since
+        if any(r.num_output_tokens >= num_tokens for r in engine.scheduler.running):
+            held_since = time.monotonic() if held_since is None else held_since
+            if time.monotonic() - held_since < MAX_HOLD_S:
+                time.sleep(0.005)
+                return StepResult(updates=[], stats=None)
+        return step()
+
+    engine.step = holding_step
+    try:
+        yield
+    finally:
+        engine.step = step
+
+
 def test_a_streaming_client_that_disconnects_is_aborted(front):
     mark = len(front.finished)
     body = {"prompt": "Going away", "n": 2, "max_tokens": 400, "stream": True, **GREEDY}
-    with httpx.stream("POST", f"{front.v1}/completions", json=body, timeout=60) as response:
-        lines = response.iter_lines()
-        received = [line for line, _ in zip(lines, range(6), strict=False) if line]
-        assert received and all(line.startswith("data: {") for line in received)
-    for request in front.engine_requests_since(mark, 2):
+    with _held_at(front.daemon.engine, HOLD_AT):
+        with httpx.stream("POST", f"{front.v1}/completions", json=body, timeout=60) as response:
+            lines = response.iter_lines()
+            received = [line for line, _ in zip(lines, range(6), strict=False) if line]
+            assert received and all(line.startswith("data: {") for line in received)
+        requests = front.engine_requests_since(mark, 2)
+    for request in requests:
         assert request.finish_reason.value == "abort"
         assert len(request.output_token_ids) < 400
 
@@ -288,19 +325,20 @@ def test_a_blocking_client_that_disconnects_is_aborted(front):
     mark = len(front.finished)
     body = json.dumps({"prompt": "Hanging up", "max_tokens": 400, **GREEDY}).encode()
     host, port = front.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as raw:
-        raw.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
-        deadline = time.monotonic() + IDLE_TIMEOUT_S
-        with Client(front.address) as client:
-            while client.stats(include_requests=False)["queue"]["running"] == 0:
-                assert time.monotonic() < deadline, "the request never ran"
-                time.sleep(0.01)
-        with contextlib.suppress(OSError):
-            raw.shutdown(socket.SHUT_RDWR)
-    [request] = front.engine_requests_since(mark, 1)
+    with _held_at(front.daemon.engine, HOLD_AT):
+        with socket.create_connection((host, int(port)), timeout=10) as raw:
+            raw.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            deadline = time.monotonic() + IDLE_TIMEOUT_S
+            with Client(front.address) as client:
+                while client.stats(include_requests=False)["queue"]["running"] == 0:
+                    assert time.monotonic() < deadline, "the request never ran"
+                    time.sleep(0.01)
+            with contextlib.suppress(OSError):
+                raw.shutdown(socket.SHUT_RDWR)
+        [request] = front.engine_requests_since(mark, 1)
     assert request.finish_reason.value == "abort"
     assert len(request.output_token_ids) < 400
