@@ -23,6 +23,8 @@ from tests.scheduling_mode import MODES, mode_id
 
 MAX_TOKENS = 30
 TERMINAL_TIMEOUT_S = 60.0
+STALL_S = 12.0
+"""How long the stalled runner blocks; the daemon must answer well within it."""
 
 
 def _generate(client_id: str, max_tokens: int = MAX_TOKENS, **fields: Any) -> dict[str, Any]:
@@ -116,7 +118,7 @@ def test_a_stalled_runner_keeps_the_daemon_answering_and_loses_nothing(
 ):
     address = f"ipc://{tmp_path / 's.sock'}"
     with inprocess_daemon(tiny_model_dir, address, engine={"async_scheduling": is_async}) as daemon:
-        fault = RunnerFault(daemon.engine.runner, nth=4, where="resolve", stall_s=3.0)
+        fault = RunnerFault(daemon.engine.runner, nth=4, where="resolve", stall_s=STALL_S)
         peer = RawPeer(address)
         client_ids = ["a", "b", "c"]
         seen_during_stall: list[Any] = []
@@ -129,11 +131,13 @@ def test_a_stalled_runner_keeps_the_daemon_answering_and_loses_nothing(
 
         def probe_health() -> None:
             fault.fired.wait(30)
-            with Client(address, timeout=5) as client:
+            with Client(address, timeout=30) as client:
                 while not fault.stall_ended.is_set():
                     started = time.monotonic()
                     health = client.health()
-                    health_during_stall.append({**health, "took_s": time.monotonic() - started})
+                    took_s = time.monotonic() - started
+                    during = not fault.stall_ended.is_set()  # answered before the stall ended
+                    health_during_stall.append({**health, "took_s": took_s, "during": during})
                     time.sleep(0.2)
 
         prober = threading.Thread(target=probe_health)
@@ -150,10 +154,11 @@ def test_a_stalled_runner_keeps_the_daemon_answering_and_loses_nothing(
             reply = events[client_id][-1]
             assert isinstance(reply, Finished) and reply.finish_reason == "length", reply
             assert len(reply.token_ids) == MAX_TOKENS
-        # The I/O thread answered throughout, and told the waiting client it still works.
-        assert len(health_during_stall) >= 3, health_during_stall
+        # The I/O thread answered throughout, and told the waiting client it still works: an
+        # I/O thread held up by the stall would answer a probe only once the stall is over.
+        assert sum(h["during"] for h in health_during_stall) >= 3, health_during_stall
         assert all(h["is_healthy"] and h["num_in_flight"] == 3 for h in health_during_stall)
-        assert all(h["took_s"] < 2.0 for h in health_during_stall), health_during_stall
+        assert all(h["took_s"] < STALL_S / 2 for h in health_during_stall), health_during_stall
         assert any(isinstance(reply, Keepalive) for reply in seen_during_stall), seen_during_stall
         _assert_serving_and_idle(address, daemon.engine)
 
