@@ -295,3 +295,13 @@ class _FaultyPending:
         time.sleep(self._stall_s)
         self._fault.stall_ended.set()
         return self._pending.resolve()
+
+
+def stop_string_in(text: str) -> str | None:
+    """Three printable ASCII characters from the second half of `text`, if any are: a stop
+    string a greedy rerun of the same prompt is sure to meet."""
+    for start in range(len(text) // 2, len(text) - 3):
+        candidate = text[start : start + 3]
+        if candidate.isascii() and candidate.isprintable() and candidate.strip() == candidate:
+            return candidate
+    return None

@@ -26,7 +26,7 @@ import pytest
 
 from llmd.client import Accepted, AsyncClient, Client, Finished, TokenDelta
 from llmd.engine.request import PENDING_TOKEN_ID, Request
-from tests.daemon.harness import FinishedRequests, RawPeer, inprocess_daemon
+from tests.daemon.harness import FinishedRequests, RawPeer, inprocess_daemon, stop_string_in
 from tests.scheduling_mode import MODES, mode_id
 
 PROMPTS = ["Once upon a time", "The quick brown fox", "In the beginning", "Hello there"]
@@ -92,18 +92,9 @@ def free_runs(served):
     with Client(served.address) as client:
         for prompt in PROMPTS:
             free = client.generate(prompt, params=FREE)
-            runs[prompt] = (free, _stop_string(free.text))
+            runs[prompt] = (free, stop_string_in(free.text))
     assert sum(stop is not None for _, stop in runs.values()) >= 2, runs
     return runs
-
-
-def _stop_string(text: str) -> str | None:
-    """Three printable ASCII characters from the second half of `text`, if any are."""
-    for start in range(len(text) // 2, len(text) - 3):
-        candidate = text[start : start + 3]
-        if candidate.isascii() and candidate.isprintable() and candidate.strip() == candidate:
-            return candidate
-    return None
 
 
 def _stream(client: Client, prompt: str, params: dict[str, Any]):
@@ -340,7 +331,7 @@ def test_the_stats_count_only_the_tokens_a_stopped_request_delivered(tiny_model_
 
         daemon.text_worker._on_batch = slow_on_batch
         free = client.generate(PROMPTS[0], params={**FREE, "max_tokens": 200})
-        stop = _stop_string(free.text[:40])  # early in a 200-token reply
+        stop = stop_string_in(free.text[:40])  # early in a 200-token reply
         assert stop is not None, free.text
         stopped = client.generate(PROMPTS[0], params={**FREE, "max_tokens": 200, "stop": [stop]})
         assert stopped.finish_reason == "stop" and len(stopped.token_ids) < 100

@@ -24,7 +24,12 @@ from llmd.client import Client
 from llmd.engine.request import PENDING_TOKEN_ID
 from llmd.http.server import HttpServer
 from llmd.llm_engine import StepResult
-from tests.daemon.harness import FinishedRequests, free_tcp_port, inprocess_daemon
+from tests.daemon.harness import (
+    FinishedRequests,
+    free_tcp_port,
+    inprocess_daemon,
+    stop_string_in,
+)
 from tests.scheduling_mode import MODES, mode_id
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True}
@@ -111,21 +116,12 @@ def _stream(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     return payloads
 
 
-def _stop_string(text: str) -> str | None:
-    """Three printable ASCII characters from the second half of `text`, if any are."""
-    for start in range(len(text) // 2, len(text) - 3):
-        candidate = text[start : start + 3]
-        if candidate.isascii() and candidate.isprintable() and candidate.strip() == candidate:
-            return candidate
-    return None
-
-
 def _free_and_stop(front: Front, prompts: list[str]) -> tuple[str, str, str]:
     """A prompt, its free greedy text and a stop string from that text's middle."""
     for prompt in prompts:
         free = _post(f"{front.v1}/completions", {"prompt": prompt, "max_tokens": 40, **GREEDY})
         text = free["choices"][0]["text"]
-        stop = _stop_string(text)
+        stop = stop_string_in(text)
         if stop is not None:
             return prompt, text, stop
     pytest.fail(f"no stop string in the free outputs of {prompts}")
@@ -163,7 +159,7 @@ def test_a_chat_reply_stopped_by_a_string_ends_before_it(front):
     messages = [{"role": "user", "content": "Tell me a story"}]
     body = {"messages": messages, "max_tokens": 40, "logprobs": True, **GREEDY}
     free = _post(f"{front.v1}/chat/completions", body)["choices"][0]["message"]["content"]
-    stop = _stop_string(free)
+    stop = stop_string_in(free)
     if stop is None:
         pytest.skip(f"no stop string in {free!r}")
     expected = free[: free.index(stop)]
