@@ -66,9 +66,25 @@ def _daemon_factory(model_dir, address: str):
     return lambda: Daemon(engine, ServeOptions(address=address), parse_address(address))
 
 
+NUM_ROUNDS = 3
+
+
 def test_quick_restart_fails_old_requests_and_runs_no_stale_ones(tiny_model_dir, tmp_path, caplog):
+    """The stale generate is sent on a connection A just closed; if the client's I/O thread
+    has not seen the close yet, the message is written into the dead connection and lost
+    (nothing stale runs, but the drop on arrival goes unexercised): such a round is run
+    again, and one round must show the new daemon dropping the stale request."""
     caplog.set_level(logging.INFO, logger="llmd.daemon.server")
-    address = f"ipc://{tmp_path / 'restart.sock'}"
+    for index in range(NUM_ROUNDS):
+        caplog.clear()
+        _restart_round(tiny_model_dir, f"ipc://{tmp_path / f'restart-{index}.sock'}")
+        if "dropping request" in caplog.text:
+            return
+    pytest.fail(f"the stale generate never reached the new daemon in {NUM_ROUNDS} rounds")
+
+
+def _restart_round(tiny_model_dir, address: str) -> None:
+    """One crash and restart; everything but the stale request's arrival is asserted."""
     new_daemon = _daemon_factory(tiny_model_dir, address)
     old = DoomedDaemon(address)
     waiting = Client(address, timeout=6.0)  # outlives the restart: only the instance id tells
@@ -108,7 +124,6 @@ def test_quick_restart_fails_old_requests_and_runs_no_stale_ones(tiny_model_dir,
             late.health()  # answered after B saw the stale generate queued before it
             snapshot = fresh.stats(include_block_map=False)
         assert [row["num_generated_tokens"] for row in snapshot["recent"]] == [2]  # "new" only
-        assert "dropping request" in caplog.text
     finally:
         waiting.close()
         late.close()
