@@ -305,3 +305,16 @@ def stop_string_in(text: str) -> str | None:
         if candidate.isascii() and candidate.isprintable() and candidate.strip() == candidate:
             return candidate
     return None
+
+
+def idle_snapshot(address: str, timeout_s: float = 20.0) -> dict[str, Any]:
+    """The first stats snapshot with nothing queued or running and no KV block in use."""
+    deadline = time.monotonic() + timeout_s
+    with Client(address) as client:
+        while True:
+            snapshot = client.stats(include_block_map=False)
+            queue, kv = snapshot["queue"], snapshot["kv"]
+            if queue["running"] == queue["waiting"] == kv["num_used"] == 0:
+                return snapshot
+            assert time.monotonic() < deadline, (queue, kv["num_used"])
+            time.sleep(0.02)

@@ -26,7 +26,13 @@ import pytest
 
 from llmd.client import Accepted, AsyncClient, Client, Finished, TokenDelta
 from llmd.engine.request import PENDING_TOKEN_ID, Request
-from tests.daemon.harness import FinishedRequests, RawPeer, inprocess_daemon, stop_string_in
+from tests.daemon.harness import (
+    FinishedRequests,
+    RawPeer,
+    idle_snapshot,
+    inprocess_daemon,
+    stop_string_in,
+)
 from tests.scheduling_mode import MODES, mode_id
 
 PROMPTS = ["Once upon a time", "The quick brown fox", "In the beginning", "Hello there"]
@@ -45,16 +51,8 @@ class Served:
     finished: FinishedRequests
 
     def wait_idle(self) -> dict[str, Any]:
-        """The first stats snapshot with nothing running and no KV block in use."""
-        deadline = time.monotonic() + IDLE_TIMEOUT_S
-        with Client(self.address) as client:
-            while True:
-                snapshot = client.stats(include_block_map=False)
-                queue, kv = snapshot["queue"], snapshot["kv"]
-                if queue["running"] == queue["waiting"] == kv["num_used"] == 0:
-                    return snapshot
-                assert time.monotonic() < deadline, snapshot["queue"]
-                time.sleep(0.02)
+        """The first stats snapshot with nothing queued or running and no KV block in use."""
+        return idle_snapshot(self.address, IDLE_TIMEOUT_S)
 
     def check_engine_side(self, request_id: str, delivered: list[int]) -> Request:
         """The engine's request holds no placeholder, starts with `delivered`, and the stats

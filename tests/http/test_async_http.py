@@ -27,6 +27,7 @@ from llmd.llm_engine import StepResult
 from tests.daemon.harness import (
     FinishedRequests,
     free_tcp_port,
+    idle_snapshot,
     inprocess_daemon,
     stop_string_in,
 )
@@ -55,15 +56,7 @@ class Front:
 
     def wait_idle(self) -> dict[str, Any]:
         """The first stats snapshot with nothing queued or running and no KV block in use."""
-        deadline = time.monotonic() + IDLE_TIMEOUT_S
-        with Client(self.address) as client:
-            while True:
-                snapshot = client.stats(include_block_map=False)
-                queue, kv = snapshot["queue"], snapshot["kv"]
-                if queue["running"] == queue["waiting"] == kv["num_used"] == 0:
-                    return snapshot
-                assert time.monotonic() < deadline, (queue, kv["num_used"])
-                time.sleep(0.02)
+        return idle_snapshot(self.address, IDLE_TIMEOUT_S)
 
     def engine_requests_since(self, mark: int, count: int) -> list[Any]:
         """The `count` requests the engine finished after `mark`, checked: no placeholder
