@@ -181,8 +181,12 @@ class LLMEngine:
         request_id: str | None = None,
         priority: int = 0,
         arrival_time: float | None = None,
+        label: str | None = None,
     ) -> Request:
-        """Validate and queue a request; raises a typed error if it can never be served."""
+        """Validate and queue a request; raises a typed error if it can never be served.
+
+        `label` is the client's name for it (an HTTP X-Request-Id), for logs and stats.
+        """
         vocab_size = self.shape.vocab_size
         for token_id in prompt_token_ids:
             if not isinstance(token_id, int) or isinstance(token_id, bool):
@@ -204,6 +208,7 @@ class LLMEngine:
             eos_token_ids=self.eos_token_ids,
             priority=priority,
             arrival_time=arrival_time,
+            label=label,
         )
         self.scheduler.add_request(request)
         return request

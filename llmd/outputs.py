@@ -10,6 +10,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from llmd.engine.request import Request
+from llmd.wait_breakdown import WaitBreakdown
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class RequestMetrics:
     """Arrival to finish."""
     itl: tuple[float, ...] = field(default=(), repr=False)
     """Inter-token latencies: the gaps between consecutive output tokens."""
+    waits: WaitBreakdown = field(default_factory=WaitBreakdown, repr=False)
+    """Why it waited for admission (seconds per reason, adding up to `queue_time` plus any
+    waits after preemptions), its prefill chunks and prefix-cache hits."""
 
     @classmethod
     def from_request(cls, request: Request, num_output_tokens: int | None = None) -> RequestMetrics:
@@ -59,10 +63,11 @@ class RequestMetrics:
             tpot=decode_time / (len(token_times) - 1) if decode_time is not None else None,
             e2e=_span(times.arrival, times.finished),
             itl=itl,
+            waits=request.waits.breakdown(request),
         )
 
     def to_dict(self) -> dict:
-        """Wire form (without the per-token ITL list)."""
+        """Plain form (without the per-token ITL list)."""
         return {
             "num_prompt_tokens": self.num_prompt_tokens,
             "num_generated_tokens": self.num_generated_tokens,
@@ -74,6 +79,7 @@ class RequestMetrics:
             "decode_time": self.decode_time,
             "tpot": self.tpot,
             "e2e": self.e2e,
+            "waits": self.waits.to_dict(),
         }
 
 

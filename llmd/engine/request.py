@@ -10,6 +10,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from llmd.engine.wait_ledger import WaitLedger
 from llmd.sampling_params import SamplingParams
 
 PENDING_TOKEN_ID = -1
@@ -57,8 +58,11 @@ class Request:
         eos_token_ids: tuple[int, ...] = (),
         priority: int = 0,
         arrival_time: float | None = None,
+        label: str | None = None,
     ) -> None:
         self.request_id = request_id
+        self.label = label
+        """The client's name for the request (an HTTP X-Request-Id), for logs and `llmd top`."""
         self.sampling_params = sampling_params
         self.eos_token_ids = eos_token_ids
         self.priority = priority
@@ -83,6 +87,8 @@ class Request:
         self.events: list[tuple[float, str, int]] = []
         """Timeline (time, kind, num_tokens) of prefill chunks, decodes and preemptions."""
         self.num_prefill_chunks = 0
+        self.waits = WaitLedger()
+        """Why and how long it waited for admission, and its prefill stalls (WaitTracker)."""
 
     @property
     def prompt_token_ids(self) -> list[int]:

@@ -15,8 +15,12 @@ from llmd.config import SchedulerConfig
 from llmd.engine.block_manager import BlockManager
 from llmd.engine.request import PENDING_TOKEN_ID, FinishReason, Request, RequestStatus
 from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
+from llmd.engine.servability import check_servable
+from llmd.engine.stop_rules import check_stop, ends_by_length_after_sample
+from llmd.engine.wait_tracker import WaitTracker
 from llmd.engine.waiting_queue import make_waiting_queue
-from llmd.errors import InvalidParameterError, RequestRejectedError, SchedulerStallError
+from llmd.errors import InvalidParameterError, SchedulerStallError
+from llmd.wait_breakdown import KV_BLOCKS, MAX_NUM_SEQS, QUEUE, TOKEN_BUDGET
 
 # Blocks kept free when admitting new requests while others run, so running ones can grow a
 # little before anyone is preempted; a fraction of the pool. With nothing running there is
@@ -34,47 +38,23 @@ class Scheduler:
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
         self.num_preemptions = 0
+        self.wait_tracker = WaitTracker()
+        """Why each waiting request waits, step by step (read by metrics and stats)."""
         self._admission_headroom = int(block_manager.num_blocks * ADMISSION_HEADROOM_FRACTION)
 
     # ------------------------------------------------------------ admission
 
-    def check_servable(self, request: Request) -> None:
-        """Raise RequestRejectedError if the request could never run on this engine."""
-        max_len = self.config.max_model_len
-        if request.num_prompt_tokens == 0:
-            raise InvalidParameterError("prompt is empty", "prompt")
-        if request.num_prompt_tokens >= max_len:
-            raise RequestRejectedError(
-                f"prompt has {request.num_prompt_tokens} tokens, but max_model_len is "
-                f"{max_len} (prompt plus at least one output token must fit)",
-                "prompt",
-            )
-        num_tokens = request.max_num_tokens
-        if num_tokens > max_len:
-            raise RequestRejectedError(
-                f"prompt ({request.num_prompt_tokens} tokens) plus max_tokens "
-                f"({request.sampling_params.max_tokens}) is {num_tokens} tokens, but "
-                f"max_model_len is {max_len}",
-                "max_tokens",
-            )
-        num_blocks = self.block_manager.num_blocks_for(num_tokens)
-        if num_blocks > self.block_manager.num_blocks:
-            raise RequestRejectedError(
-                f"prompt plus max_tokens needs {num_tokens} tokens = {num_blocks} KV blocks, "
-                f"but the whole KV cache has {self.block_manager.num_blocks} blocks",
-                "max_tokens",
-            )
-
-    def add_request(self, request: Request) -> None:
+    def add_request(self, request: Request, now: float | None = None) -> None:
         """Queue a request, or reject it at once if it can never be served."""
         if request.request_id in self.requests:
             raise InvalidParameterError(
                 f"request id {request.request_id!r} is already in use", "request_id"
             )
-        self.check_servable(request)
+        check_servable(request, self.config.max_model_len, self.block_manager)
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
         self.waiting.push(request)
+        self.wait_tracker.on_added(request, time.monotonic() if now is None else now)
 
     def finish_request(
         self,
@@ -92,28 +72,36 @@ class Scheduler:
         request = self.requests.pop(request_id, None)
         if request is None:
             return None
+        now = time.monotonic() if now is None else now
+        self.wait_tracker.on_finished(request, now)
         if request.status is RequestStatus.RUNNING:
             self.running.remove(request)
         elif request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
             self.waiting.remove(request)
         self.block_manager.free(request)
-        request.finish(reason, time.monotonic() if now is None else now, stop_reason)
+        request.finish(reason, now, stop_reason)
         if num_output_tokens is not None:
             request.keep_output_tokens(num_output_tokens)
         return request
 
     # ------------------------------------------------------------ scheduling
 
-    def schedule(self) -> SchedulerOutput:
-        """Plan one step: running requests first (decodes, ongoing prefills), then admissions."""
-        now = time.monotonic()
+    def schedule(self, now: float | None = None) -> SchedulerOutput:
+        """Plan one step: running requests first (decodes, ongoing prefills), then admissions.
+
+        Whatever it leaves waiting is charged, until the next step, to the one reason that
+        stopped it (WaitTracker).
+        """
+        now = time.monotonic() if now is None else now
+        self.wait_tracker.begin_step(now)
         output = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
         if self.config.policy == "priority":
             self.running.sort(key=lambda r: (r.priority, r.times.arrival))
         budget = self._schedule_running(output, budget, now)
+        head_reason, shared_reason = None, KV_BLOCKS  # a preemption means blocks ran out
         if not output.preempted_request_ids:
-            self._schedule_waiting(output, budget, now)
+            head_reason, shared_reason = self._schedule_waiting(output, budget, now)
             if not output.chunks and not self.running and self.waiting:
                 head = self.waiting.peek()
                 raise SchedulerStallError(
@@ -122,6 +110,17 @@ class Scheduler:
                     f"{self.block_manager.num_blocks} KV blocks free)",
                     request_id=head.request_id,
                 )
+        largest = max(
+            (chunk for chunk in output.chunks if not chunk.is_decode),
+            key=lambda chunk: chunk.num_new_tokens,
+            default=None,
+        )
+        self.wait_tracker.end_step(
+            self.waiting.peek() if self.waiting else None,
+            head_reason,
+            shared_reason,
+            None if largest is None else largest.request.request_id,
+        )
         # Decodes first, so the runner can split the batch into a decode and a prefill part.
         output.chunks.sort(key=lambda chunk: not chunk.is_decode)
         output.num_waiting = len(self.waiting)
@@ -154,19 +153,24 @@ class Scheduler:
                 index += 1
         return budget
 
-    def _schedule_waiting(self, output: SchedulerOutput, budget: int, now: float) -> None:
+    def _schedule_waiting(
+        self, output: SchedulerOutput, budget: int, now: float
+    ) -> tuple[str | None, str]:
+        """Admit in policy order; returns the reason that stopped the head (when one of its
+        own did) and the reason that holds everyone else waiting."""
         while budget > 0 and self.waiting and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek()
             hit_blocks, num_hit_tokens = self.block_manager.get_computed_blocks(request)
             num_new = request.num_tokens - num_hit_tokens
             if num_new > budget:
                 if not self.config.enable_chunked_prefill:
-                    break
+                    return TOKEN_BUDGET, QUEUE
                 num_new = budget
             headroom = self._admission_headroom if self.running else 0
             if not self.block_manager.allocate_slots(request, num_new, hit_blocks, headroom):
-                break
+                return KV_BLOCKS, QUEUE
             self.waiting.pop()
+            self.wait_tracker.on_admitted(request, now)
             self.block_manager.record_prefix_lookup(request, num_hit_tokens)
             request.num_computed_tokens = num_hit_tokens
             request.num_cached_tokens = num_hit_tokens
@@ -176,6 +180,11 @@ class Scheduler:
             self.running.append(request)
             self._add_chunk(output, request, num_new, now)
             budget -= num_new
+        if not self.waiting:
+            return None, QUEUE  # whoever arrives before the next step was not there
+        if len(self.running) >= self.config.max_num_seqs:
+            return None, MAX_NUM_SEQS
+        return None, TOKEN_BUDGET
 
     def _add_chunk(self, output: SchedulerOutput, request: Request, num_new: int, now: float):
         is_sampling = request.num_computed_tokens + num_new == request.num_tokens
@@ -200,6 +209,7 @@ class Scheduler:
         request.events.append((now, "preempted", request.num_tokens))
         self.num_preemptions += 1
         self.waiting.push_front(request)
+        self.wait_tracker.on_preempted(request, now)
         output.preempted_request_ids.append(request.request_id)
 
     # ------------------------------------------------------------ after the step
@@ -220,7 +230,7 @@ class Scheduler:
                 continue
             token_id = sampled_token_ids[request.request_id]
             request.append_token(token_id, now)
-            reason, stop_reason = self._check_stop(request, token_id)
+            reason, stop_reason = check_stop(request, token_id, self.config.max_model_len)
             if reason is not None:
                 self.finish_request(request.request_id, reason, stop_reason, now)
                 finished.append(request)
@@ -242,7 +252,9 @@ class Scheduler:
             if request.is_finished or request.status is not RequestStatus.RUNNING:
                 continue  # ended (or preempted) after the plan was made
             request.num_computed_tokens += chunk.num_new_tokens
-            if chunk.is_sampling and not self._ends_by_length_after_sample(request):
+            if chunk.is_sampling and not ends_by_length_after_sample(
+                request, self.config.max_model_len
+            ):
                 request.all_token_ids.append(PENDING_TOKEN_ID)
                 pending_ids.add(request.request_id)
         return pending_ids
@@ -271,33 +283,11 @@ class Scheduler:
             else:
                 request.append_token(token_id, now)
             self.block_manager.cache_full_blocks(request)
-            reason, stop_reason = self._check_stop(request, token_id)
+            reason, stop_reason = check_stop(request, token_id, self.config.max_model_len)
             if reason is not None:
                 self.finish_request(request.request_id, reason, stop_reason, now)
                 finished.append(request)
         return finished
-
-    def _ends_by_length_after_sample(self, request: Request) -> bool:
-        """True when the next sampled token will end the request by max_tokens or length."""
-        return (
-            request.num_output_tokens + 1 >= request.sampling_params.max_tokens
-            or request.num_tokens + 1 >= self.config.max_model_len
-        )
-
-    def _check_stop(
-        self, request: Request, token_id: int
-    ) -> tuple[FinishReason | None, int | None]:
-        params = request.sampling_params
-        if request.num_output_tokens >= params.min_tokens:
-            if not params.ignore_eos and token_id in request.eos_token_ids:
-                return FinishReason.STOP, None
-            if token_id in params.stop_token_ids:
-                return FinishReason.STOP, token_id
-        if request.num_output_tokens >= params.max_tokens:
-            return FinishReason.LENGTH, None
-        if request.num_tokens >= self.config.max_model_len:
-            return FinishReason.LENGTH, None
-        return None, None
 
     # ------------------------------------------------------------ state
 

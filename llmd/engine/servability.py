@@ -1,0 +1,38 @@
+"""Whether a request could ever run on this engine: a prompt, and room in max_model_len and KV.
+
+Checked once when a request is added, so what the scheduler accepts it can always admit
+eventually; max_tokens is never silently shortened.
+"""
+
+from __future__ import annotations
+
+from llmd.engine.block_manager import BlockManager
+from llmd.engine.request import Request
+from llmd.errors import InvalidParameterError, RequestRejectedError
+
+
+def check_servable(request: Request, max_len: int, block_manager: BlockManager) -> None:
+    """Raise RequestRejectedError if the request could never run on this engine."""
+    if request.num_prompt_tokens == 0:
+        raise InvalidParameterError("prompt is empty", "prompt")
+    if request.num_prompt_tokens >= max_len:
+        raise RequestRejectedError(
+            f"prompt has {request.num_prompt_tokens} tokens, but max_model_len is "
+            f"{max_len} (prompt plus at least one output token must fit)",
+            "prompt",
+        )
+    num_tokens = request.max_num_tokens
+    if num_tokens > max_len:
+        raise RequestRejectedError(
+            f"prompt ({request.num_prompt_tokens} tokens) plus max_tokens "
+            f"({request.sampling_params.max_tokens}) is {num_tokens} tokens, but "
+            f"max_model_len is {max_len}",
+            "max_tokens",
+        )
+    num_blocks = block_manager.num_blocks_for(num_tokens)
+    if num_blocks > block_manager.num_blocks:
+        raise RequestRejectedError(
+            f"prompt plus max_tokens needs {num_tokens} tokens = {num_blocks} KV blocks, "
+            f"but the whole KV cache has {block_manager.num_blocks} blocks",
+            "max_tokens",
+        )
