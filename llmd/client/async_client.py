@@ -82,10 +82,15 @@ class AsyncClient:
         prompt_token_ids: Sequence[int] | None = None,
         params: SamplingParams | dict[str, Any] | None = None,
         priority: int = 0,
+        label: str | None = None,
     ) -> Completion:
-        """Generate and return the whole completion."""
+        """Generate and return the whole completion.
+
+        `label` (letters, digits, `-_.:/+=@`) names the request in the daemon's log lines
+        and in `llmd top`.
+        """
         request = build_generate(
-            self._new_id(), prompt, messages, prompt_token_ids, params, priority, stream=False
+            self._new_id(), prompt, messages, prompt_token_ids, params, priority, False, label
         )
         accepted: Accepted | None = None
         async with contextlib.aclosing(self._events(request)) as events:
@@ -104,13 +109,14 @@ class AsyncClient:
         prompt_token_ids: Sequence[int] | None = None,
         params: SamplingParams | dict[str, Any] | None = None,
         priority: int = 0,
+        label: str | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Async-iterate Accepted, PrefillProgress, TokenDelta and finally Finished.
 
         Closing the iterator early (`contextlib.aclosing`, or garbage collection) aborts it.
         """
         request = build_generate(
-            self._new_id(), prompt, messages, prompt_token_ids, params, priority, stream=True
+            self._new_id(), prompt, messages, prompt_token_ids, params, priority, True, label
         )
         return self._events(request)
 

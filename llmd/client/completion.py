@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmd.protocol import Accepted, Finished, PrefillProgress, TokenDelta
+from llmd.wait_breakdown import WaitBreakdown
 
 StreamEvent = Accepted | PrefillProgress | TokenDelta | Finished
 """What `Client.stream` yields; Finished is always last."""
@@ -35,6 +36,8 @@ class Completion:
     """Seconds: queue, prefill, ttft, decode, tpot, e2e."""
     logprobs: list[dict[str, Any]] | None = None
     num_preemptions: int = 0
+    waits: WaitBreakdown | None = None
+    """Why it waited, its prefill chunks and prefix hits (None from a daemon that does not say)."""
 
     @classmethod
     def from_finished(cls, accepted: Accepted | None, finished: Finished, text: str) -> Completion:
@@ -51,4 +54,5 @@ class Completion:
             timings=finished.timings,
             logprobs=finished.logprobs,
             num_preemptions=finished.num_preemptions,
+            waits=WaitBreakdown.from_dict(finished.breakdown),
         )

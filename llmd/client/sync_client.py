@@ -81,10 +81,15 @@ class Client:
         prompt_token_ids: Sequence[int] | None = None,
         params: SamplingParams | dict[str, Any] | None = None,
         priority: int = 0,
+        label: str | None = None,
     ) -> Completion:
-        """Generate and return the whole completion (the text arrives in one message)."""
+        """Generate and return the whole completion (the text arrives in one message).
+
+        `label` (letters, digits, `-_.:/+=@`) names the request in the daemon's log lines
+        and in `llmd top`.
+        """
         request = build_generate(
-            self._new_id(), prompt, messages, prompt_token_ids, params, priority, stream=False
+            self._new_id(), prompt, messages, prompt_token_ids, params, priority, False, label
         )
         accepted: Accepted | None = None
         for event in self._events(request):
@@ -102,13 +107,14 @@ class Client:
         prompt_token_ids: Sequence[int] | None = None,
         params: SamplingParams | dict[str, Any] | None = None,
         priority: int = 0,
+        label: str | None = None,
     ) -> Iterator[StreamEvent]:
         """Yield Accepted, PrefillProgress, TokenDelta and finally Finished events.
 
         The request is sent on the first next(); closing the iterator early aborts it.
         """
         request = build_generate(
-            self._new_id(), prompt, messages, prompt_token_ids, params, priority, stream=True
+            self._new_id(), prompt, messages, prompt_token_ids, params, priority, True, label
         )
         return self._events(request)
 

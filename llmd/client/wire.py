@@ -133,6 +133,7 @@ def build_generate(
     params: SamplingParams | dict[str, Any] | None,
     priority: int,
     stream: bool,
+    label: str | None = None,
 ) -> GenerateRequest:
     """A validated generate request (raises typed errors before anything is sent)."""
     if isinstance(params, SamplingParams):
@@ -151,6 +152,7 @@ def build_generate(
         sampling_params=params_dict,
         stream=stream,
         priority=priority,
+        label=label,
     )
 
 

@@ -43,6 +43,8 @@ class AddCommand:
     params: SamplingParams
     priority: int
     arrival_time: float
+    label: str | None = None
+    """The client's name for the request (an HTTP X-Request-Id)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,11 @@ class EngineBatch:
 
     def __bool__(self) -> bool:
         return bool(self.added or self.rejected or self.ended or self.updates or self.progress)
+
+
+def label_text(label: str | None) -> str:
+    """` (label X)` after a request id in a log line, or nothing when it has no label."""
+    return "" if label is None else f" (label {label})"
 
 
 class EngineLoop:
@@ -203,11 +210,14 @@ class EngineLoop:
                     command.request_id,
                     command.priority,
                     command.arrival_time,
+                    command.label,
                 )
             except LLMDError as error:
                 batch.rejected.append((command.request_id, error))
             except Exception as error:  # add_request changes nothing before it can fail
-                logger.exception("adding request %s failed", command.request_id)
+                logger.exception(
+                    "adding request %s%s failed", command.request_id, label_text(command.label)
+                )
                 batch.rejected.append((command.request_id, LLMDError(f"internal error: {error}")))
             else:
                 batch.added.append((request.request_id, request.num_prompt_tokens))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmd.engine.request import Request
+from llmd.engine.wait_tracker import WaitTracker
 from llmd.metrics.block_map import CACHED, FREE, SHARED, encode_block_map
 
 MAX_TIMELINE_POINTS = 256
@@ -72,21 +73,24 @@ def collect_engine_state(
         },
     }
     recent = list(recent)
+    tracker = scheduler.wait_tracker
     if include_requests:
         # The oldest `max_requests` in O(n log k): the queue can hold thousands.
         oldest = heapq.nsmallest(
             max_requests, scheduler.requests.values(), key=lambda r: r.times.arrival
         )
-        state["requests"] = [request_row(r, now) for r in oldest]
+        state["requests"] = [request_row(r, now, tracker) for r in oldest]
         state["num_requests"] = len(scheduler.requests)
-        state["recent"] = [request_row(r, now) for r in reversed(recent[-max_requests:])]
+        state["recent"] = [request_row(r, now, tracker) for r in reversed(recent[-max_requests:])]
     if timeline_request_ids:
         timelines: dict[str, Any] = {}
         for request_id in timeline_request_ids:
             request = scheduler.requests.get(request_id)
             if request is None:
                 request = next((r for r in recent if r.request_id == request_id), None)
-            timelines[request_id] = None if request is None else request_timeline(request, now)
+            timelines[request_id] = (
+                None if request is None else request_timeline(request, now, tracker)
+            )
         state["timelines"] = timelines
     if include_block_map:
         manager = engine.block_manager
@@ -98,7 +102,7 @@ def collect_engine_state(
     return state
 
 
-def request_row(request: Request, now: float) -> dict[str, Any]:
+def request_row(request: Request, now: float, tracker: WaitTracker) -> dict[str, Any]:
     """One row of the request table."""
     times = request.times
     max_tokens = request.sampling_params.max_tokens
@@ -106,7 +110,10 @@ def request_row(request: Request, now: float) -> dict[str, Any]:
     prefill_progress = min(1.0, request.num_computed_tokens / num_prompt) if num_prompt else 1.0
     return {
         "request_id": request.request_id,
+        "label": request.label,
         "state": request.status.value,
+        "waiting_on": tracker.current_reason(request),
+        "wait_s": tracker.total_wait_s(request, now),
         "finish_reason": None if request.finish_reason is None else request.finish_reason.value,
         "priority": request.priority,
         "num_prompt_tokens": num_prompt,
@@ -123,8 +130,8 @@ def request_row(request: Request, now: float) -> dict[str, Any]:
     }
 
 
-def request_timeline(request: Request, now: float) -> dict[str, Any]:
-    """A request's lifecycle, in seconds since its arrival."""
+def request_timeline(request: Request, now: float, tracker: WaitTracker) -> dict[str, Any]:
+    """A request's lifecycle, in seconds since its arrival, and why it waited."""
     times = request.times
     arrival = times.arrival
 
@@ -133,7 +140,10 @@ def request_timeline(request: Request, now: float) -> dict[str, Any]:
 
     return {
         "request_id": request.request_id,
+        "label": request.label,
         "state": request.status.value,
+        "waiting_on": tracker.current_reason(request),
+        "waits": tracker.breakdown(request, now).to_dict(),
         "age_s": (times.finished or now) - arrival,
         "first_scheduled_s": since(times.first_scheduled),
         "first_token_s": since(times.first_token),

@@ -23,8 +23,11 @@ class LiveRequest:
         stream: bool,
         params: SamplingParams,
         detokenizer: IncrementalDetokenizer,
+        label: str | None = None,
     ) -> None:
         self.engine_id = engine_id
+        self.label = label
+        """The client's name for the request, for log lines (an HTTP X-Request-Id)."""
         self.peer = peer
         self.client_id = client_id
         self.stream = stream

@@ -21,6 +21,12 @@ from llmd.daemon.engine_loop import (
     EngineLoop,
     FinishCommand,
     UpdateRecord,
+    label_text,
+)
+from llmd.daemon.finished_message import (
+    finished_message,
+    log_finished,
+    unstarted_abort_message,
 )
 from llmd.daemon.live_request import LiveRequest
 from llmd.daemon.outbox import Outbox, Send
@@ -33,7 +39,6 @@ from llmd.outputs import RequestMetrics
 from llmd.protocol import (
     Accepted,
     ErrorReply,
-    Finished,
     GenerateRequest,
     PrefillProgress,
     RequestFailedError,
@@ -190,10 +195,17 @@ class TextWorker:
             self.tokenizer, prompt_token_ids, params.skip_special_tokens, params.stop
         )
         self._live[job.engine_id] = LiveRequest(
-            job.engine_id, job.peer, message.id, message.stream, params, detokenizer
+            job.engine_id, job.peer, message.id, message.stream, params, detokenizer, message.label
         )
         self.engine_loop.submit(
-            AddCommand(job.engine_id, prompt_token_ids, params, message.priority, job.arrival_time)
+            AddCommand(
+                job.engine_id,
+                prompt_token_ids,
+                params,
+                message.priority,
+                job.arrival_time,
+                message.label,
+            )
         )
 
     def _on_abort(self, engine_id: str) -> None:
@@ -231,8 +243,9 @@ class TextWorker:
         try:
             handler(argument)
         except Exception as error:
-            logger.exception("request %s failed in the text worker", engine_id)
             live = self._live.pop(engine_id, None)
+            label = None if live is None else live.label
+            logger.exception("request %s%s failed in the text worker", engine_id, label_text(label))
             if live is not None:
                 self.engine_loop.submit(AbortCommand(engine_id))
                 self._send_error(live.peer, live.client_id, error)
@@ -295,45 +308,17 @@ class TextWorker:
         num_delivered = len(live.output_token_ids) if live.stop_string is not None else None
         metrics = RequestMetrics.from_request(request, num_delivered)
         self.metrics.record_request(metrics, reason)
+        log_finished(live, metrics, reason)
         if reason == FinishReason.ERROR.value:
             error = RequestFailedError(request.error_message or "the engine failed this request")
             self._send_error(live.peer, live.client_id, error)
             return
-        finished = Finished(
-            id=live.client_id,
-            finish_reason=reason,
-            stop_reason=stop_reason,
-            token_ids=live.output_token_ids,
-            usage={
-                "prompt_tokens": request.num_prompt_tokens,
-                "completion_tokens": len(live.output_token_ids),
-                "cached_tokens": request.num_cached_tokens,
-            },
-            timings={
-                "queue": metrics.queue_time,
-                "prefill": metrics.prefill_time,
-                "ttft": metrics.ttft,
-                "decode": metrics.decode_time,
-                "tpot": metrics.tpot,
-                "e2e": metrics.e2e,
-            },
-            text=None if live.stream else live.detokenizer.output_text,
-            logprobs=None if live.stream else live.logprobs,
-            num_preemptions=request.num_preemptions,
-        )
+        finished = finished_message(live, request, metrics, reason, stop_reason)
         self._send(live, finished, is_last=True)
 
     def _send_unstarted_abort(self, job: NewRequest) -> None:
         """The last message of a request aborted before the engine ever saw it."""
-        finished = Finished(
-            id=job.message.id,
-            finish_reason=FinishReason.ABORT.value,
-            stop_reason=None,
-            token_ids=[],
-            usage={"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0},
-            timings=dict.fromkeys(("queue", "prefill", "ttft", "decode", "tpot", "e2e")),
-            text=None if job.message.stream else "",
-        )
+        finished = unstarted_abort_message(job.message.id, job.message.stream)
         self.outbox.post(Send(job.peer, encode(finished), (job.peer, job.message.id)))
 
     # ---------------------------------------------------------------- output

@@ -100,18 +100,29 @@ class WaitTracker:
 
     def breakdown(self, request: Request, now: float) -> WaitBreakdown:
         """The request's breakdown as of `now`, an open wait included (reads, never writes)."""
-        waits = request.waits
-        spell = waits.spell
-        if spell is None:
-            return waits.breakdown(request)
+        if request.waits.spell is None:
+            return request.waits.breakdown(request)
+        return request.waits.breakdown(request, *self._open_totals(request, now))
+
+    def total_wait_s(self, request: Request, now: float) -> float:
+        """Every second the request has waited as of `now` (cheap: no chunk listing)."""
+        closed = sum(request.waits.wait_s.values())
+        if request.waits.spell is None:
+            return closed
+        return closed + sum(self._open_totals(request, now)[0].values())
+
+    # ---------------------------------------------------------------- internals
+
+    def _open_totals(self, request: Request, now: float) -> tuple[dict, dict]:
+        """Seconds and steps per reason of the request's open spell, were it to end now."""
+        spell = request.waits.spell
+        assert spell is not None
         seconds, steps = spell.totals(self._clock_at(now), self._clock_steps, now)
         if request is self._head and self._head_reason is not None and not spell.is_preempted:
             elapsed = max(0.0, now - (self._since or now))
             seconds[self._head_reason] += elapsed
             seconds[self._reason] = max(0.0, seconds[self._reason] - elapsed)
-        return waits.breakdown(request, seconds, steps)
-
-    # ---------------------------------------------------------------- internals
+        return seconds, steps
 
     def _clock_at(self, now: float) -> dict[str, float]:
         """The shared clock, the step in progress included up to `now`."""

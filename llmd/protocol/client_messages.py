@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmd.errors import InvalidParameterError, require
+from llmd.protocol.request_label import check_label
 from llmd.protocol.schema import WireMessage
 from llmd.sampling_params import SamplingParams
 
@@ -43,9 +44,14 @@ class GenerateRequest(WireMessage):
     priority: int = 0
     expires_at: float | None = None
     """Unix time after which the daemon must not start this request: its client gave up."""
+    label: str | None = None
+    """The client's name for the request (an HTTP X-Request-Id): in the daemon's log lines
+    about it and in `llmd top`."""
 
     def validate(self) -> None:
         check_message_id(self.id)
+        if self.label is not None:
+            check_label(self.label)
         num_inputs = sum(
             value is not None for value in (self.prompt, self.prompt_token_ids, self.messages)
         )

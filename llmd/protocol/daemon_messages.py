@@ -71,6 +71,9 @@ class Finished(WireMessage):
     logprobs: list[dict[str, Any]] | None = None
     """Every token's logprobs when the request did not stream and asked for them."""
     num_preemptions: int = 0
+    breakdown: dict[str, Any] | None = None
+    """Why the request waited and how its prompt was computed: llmd.wait_breakdown's wire
+    form (wait seconds and steps per reason, prefill chunks, prefix hits, preemptions)."""
 
 
 @dataclass(frozen=True)
