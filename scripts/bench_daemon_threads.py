@@ -33,6 +33,7 @@ GROUPS = {
     "llmd-engine": "forward pass (engine thread + OpenMP workers)",
     "llmd-text": "text (detokenize, stream out)",
     "llmd-tokenize": "tokenizer pool",
+    "llmd-gate": "connection gate (monitor events, refusals)",
 }
 MAIN = "I/O loop (main thread)"
 

@@ -2,9 +2,10 @@
 
 Every client connection costs the daemon one file descriptor, and libzmq aborts the whole
 process when accepting an ipc connection fails for lack of one. So the soft limit is
-raised to the hard limit at start, and connections beyond a cap (by default half of the
-descriptors still free) are shut down as soon as the ROUTER's monitor reports them, with
-a log line, long before the process could run out.
+raised to the hard limit at start (the hard limit is never raised), and a thread of its
+own counts connections from the ROUTER's monitor: at the cap (by default half of the
+descriptors still free) it pauses libzmq's accepts (`Listener.pause`) and refuses what
+arrives, with a log line; connections accepted past the cap in the meantime are shut down.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ import logging
 import os
 import resource
 import socket
+import struct
+import threading
 import time
+from collections.abc import Callable
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
+from llmd.daemon.listener import Listener
+from llmd.daemon.thread_names import name_os_thread
 from llmd.protocol.address import Address
 
 logger = logging.getLogger(__name__)
@@ -28,6 +33,8 @@ MAX_DESCRIPTORS = 1 << 20
 MIN_CONNECTIONS = 16
 REFUSAL_LOG_INTERVAL_S = 10.0
 """Refusals are logged at most this often (with a count), so a flood cannot fill the log."""
+RESUME_FRACTION = 15 / 16
+"""Accepting resumes once connections fall below this share of the cap (no flapping)."""
 
 
 def raise_descriptor_limit() -> int:
@@ -58,63 +65,117 @@ def default_max_connections(descriptor_limit: int, num_open: int) -> int:
 
 
 class ConnectionGate:
-    """Watches the ROUTER's new connections and sheds those beyond the cap.
+    """Keeps the ROUTER's connections under the cap, from a thread of its own.
 
     Connections are counted from the monitor's events (its pipe has no high-water mark,
-    so none is lost); a connection is refused only when the descriptors opened since
-    start (read from /proc, only then) confirm the count, so a count that drifted could
-    never lock clients out.
+    so none is lost). Its own thread reacts to a burst within one wake-up, where the I/O
+    thread could be busy for a whole batch of messages; a connection accepted past the
+    cap is shut down only when the descriptors opened since start (read from /proc, only
+    then) confirm the count, so a count that drifted could never lock clients out.
     """
 
-    def __init__(self, router: zmq.Socket, address: Address, max_connections: int) -> None:
-        self.address = address
+    def __init__(
+        self,
+        router: zmq.Socket,
+        listener: Listener,
+        max_connections: int,
+        on_disconnect: Callable[[], None],
+    ) -> None:
+        self.listener = listener
+        self.address: Address = listener.address
         self.max_connections = max_connections
         self.num_refused = 0
         self.num_connections = 0
         """Accepted and not yet disconnected, from the monitor's events."""
+        self._on_disconnect = on_disconnect
+        self._resume_below = max(1, int(max_connections * RESUME_FRACTION))
+        """Accepting resumes (after a refusal) only below this many connections."""
+        self._is_at_cap = False
         self._baseline = num_open_descriptors()
         endpoint = f"inproc://llmd-monitor-{id(self):x}"
         router.monitor(endpoint, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
-        self.monitor = router.context.socket(zmq.PAIR)
-        self.monitor.setsockopt(zmq.RCVHWM, 0)  # inproc: no limit on the pipe, no lost events
-        self.monitor.connect(endpoint)
+        self._monitor = router.context.socket(zmq.PAIR)
+        self._monitor.setsockopt(zmq.RCVHWM, 0)  # inproc: no limit on the pipe, no lost events
+        self._monitor.connect(endpoint)
+        self._stop_read_fd, self._stop_write_fd = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="llmd-gate", daemon=True)
         self._last_log = 0.0
         self._num_unlogged = 0
+
+    def start(self) -> None:
+        """Start the gate's thread."""
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread and resume accepting; call before the ROUTER is closed."""
+        if self._thread.is_alive():
+            os.write(self._stop_write_fd, b"\0")
+            self._thread.join()
+        self.listener.resume()  # libzmq's own descriptor must be the real socket at close
+        self._monitor.close(linger=0)
+        for fd in (self._stop_read_fd, self._stop_write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def num_descriptors_opened(self) -> int:
         """Descriptors opened since start: the open connections (plus a few files)."""
         return max(0, num_open_descriptors() - self._baseline)
 
-    def on_events(self) -> bool:
-        """Handle queued monitor events; True when some connection closed."""
-        has_disconnect = False
+    def _run(self) -> None:
+        name_os_thread("llmd-gate")
+        poller = zmq.Poller()
+        poller.register(self._monitor, zmq.POLLIN)
+        poller.register(self._stop_read_fd, zmq.POLLIN)
+        is_watching_listener = False
+        while True:
+            if self.listener.is_paused != is_watching_listener:
+                is_watching_listener = self.listener.is_paused
+                if is_watching_listener:
+                    poller.register(self.listener.real_fd, zmq.POLLIN)
+                else:
+                    poller.unregister(self.listener.real_fd)
+            events = dict(poller.poll())  # no timeout: every change comes as an event
+            if self._stop_read_fd in events:
+                return
+            if self._monitor in events:
+                # libzmq accepts faster than events can be read here: accepting pauses
+                # while they are counted, so a burst cannot outrun the count.
+                self.listener.pause()
+                self._on_monitor_events()
+            if self.num_connections >= self.max_connections:
+                self._is_at_cap = True
+            elif self.num_connections < self._resume_below:
+                self._is_at_cap = False
+            if self._is_at_cap:
+                self._count_refusals(self.listener.refuse_waiting())
+            else:
+                self.listener.resume()
+
+    def _on_monitor_events(self) -> None:
         while True:
             try:
-                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+                frames = self._monitor.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return has_disconnect
-            if event["event"] == zmq.EVENT_ACCEPTED:
+                return
+            event_id, value = struct.unpack("=HI", frames[0][:6])
+            if event_id == zmq.EVENT_ACCEPTED:
                 self.num_connections += 1
                 is_over = self.num_connections > self.max_connections
                 if is_over and self.num_descriptors_opened() > self.max_connections:
-                    self._refuse(event["value"])
-            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                    self._shut_down(value)
+            elif event_id == zmq.EVENT_DISCONNECTED:
                 self.num_connections = max(0, self.num_connections - 1)
-                has_disconnect = True
+                self._on_disconnect()
+        return
 
-    def close(self) -> None:
-        """Close the monitor socket."""
-        self.monitor.close(linger=0)
-
-    def _refuse(self, fd: int) -> None:
-        """Shut the connection down; libzmq then sees it end and closes the descriptor."""
+    def _shut_down(self, fd: int) -> None:
+        """Shut an accepted connection down; libzmq then sees it end and closes the descriptor."""
         with contextlib.suppress(OSError):
             connection = socket.socket(fileno=fd)
             try:
                 if self._is_ours(connection.getsockname()):  # not a descriptor reused since
                     connection.shutdown(socket.SHUT_RDWR)
-                    self.num_refused += 1
-                    self._log_refusal()
+                    self._count_refusals(1)
             finally:
                 connection.detach()  # the descriptor stays libzmq's to close
 
@@ -123,8 +184,11 @@ class ConnectionGate:
             return local_address == self.address.path
         return isinstance(local_address, tuple) and local_address[1] == self.address.port
 
-    def _log_refusal(self) -> None:
-        self._num_unlogged += 1
+    def _count_refusals(self, num_refused: int) -> None:
+        if num_refused == 0:
+            return
+        self.num_refused += num_refused
+        self._num_unlogged += num_refused
         now = time.monotonic()
         if now - self._last_log >= REFUSAL_LOG_INTERVAL_S:
             logger.warning(

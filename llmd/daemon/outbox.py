@@ -41,6 +41,11 @@ class EngineDied:
 
 
 @dataclass(frozen=True)
+class ConnectionClosed:
+    """Some client connection closed (seen by the connection gate's thread)."""
+
+
+@dataclass(frozen=True)
 class Drain:
     """Stop accepting requests and exit once in-flight ones end (or are aborted, if `now`)."""
 

@@ -26,7 +26,8 @@ from llmd.daemon.connection_gate import (
 from llmd.daemon.engine_facts import engine_facts, serving_metrics
 from llmd.daemon.engine_loop import EngineLoop
 from llmd.daemon.keepalive import KeepaliveSchedule
-from llmd.daemon.outbox import Drain, EngineDied, Outbox, Send, SnapshotReady
+from llmd.daemon.listener import Listener
+from llmd.daemon.outbox import ConnectionClosed, Drain, EngineDied, Outbox, Send, SnapshotReady
 from llmd.daemon.routes import RouteTable
 from llmd.daemon.serve_options import ServeOptions
 from llmd.daemon.stats_publisher import StatsPublisher
@@ -118,6 +119,8 @@ class Daemon:
         self._context = zmq.Context()
         self._socket: zmq.Socket | None = None
         self.gate: ConnectionGate | None = None
+        self._listener: Listener | None = None
+        self._is_close_posted = False
         self._is_stopped = False
 
     def _on_engine_batch(self, batch: Any) -> None:
@@ -126,7 +129,7 @@ class Daemon:
     # ---------------------------------------------------------------- lifecycle
 
     def bind(self) -> None:
-        """Create the ROUTER socket and bind it (an ipc socket file gets mode 0600)."""
+        """Create the ROUTER socket and bind it to llmd's own listening socket (`Listener`)."""
         socket = self._context.socket(zmq.ROUTER)
         socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         # zmq drops larger messages (and that peer's connection) before they reach us; up to
@@ -140,25 +143,29 @@ class Daemon:
         max_connections = self.options.max_connections or default_max_connections(
             descriptor_limit, num_open_descriptors()
         )
-        gate = ConnectionGate(socket, self.address, max_connections)
-        old_umask = os.umask(0o177)  # an ipc socket file is created 0600, never wider
+        try:
+            listener = Listener(self.address)
+        except InvalidParameterError:
+            socket.close(linger=0)
+            raise
+        gate = ConnectionGate(socket, listener, max_connections, self._on_connection_closed)
+        socket.setsockopt(zmq.USE_FD, listener.fd)
         try:
             socket.bind(str(self.address))
         except zmq.ZMQError as error:
             gate.close()
             socket.close(linger=0)
+            listener.close()
             message = f"cannot listen on {self.address}: {error}"
             raise InvalidParameterError(message, "address") from None
-        finally:
-            os.umask(old_umask)
-        if self.address.scheme == "ipc":
-            os.chmod(self.address.path, 0o600)
+        listener.hand_over()
         logger.info(
             "descriptor limit %d: accepting at most %d connections",
             descriptor_limit,
             max_connections,
         )
         self._socket = socket
+        self._listener = listener
         self.gate = gate
 
     def request_drain(self, now: bool = False, timeout_s: float | None = None) -> None:
@@ -172,16 +179,14 @@ class Daemon:
         assert self._socket is not None and self.gate is not None  # bind() sets them
         self.engine_loop.start()
         self.text_worker.start()
+        self.gate.start()
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
         poller.register(self.outbox.fileno(), zmq.POLLIN)
-        poller.register(self.gate.monitor, zmq.POLLIN)
         logger.info("serving %s on %s (pid %d)", self.engine.model_name, self.address, os.getpid())
         try:
             while not self._is_stopped:
                 events = dict(poller.poll(self.stats.poll_timeout_ms(POLL_INTERVAL_MS)))
-                if self.gate.monitor in events and self.gate.on_events():
-                    self._keepalives.on_disconnect()  # a connection closed: find whose, now
                 if self._socket in events:
                     self._receive_all()
                 for item in self.outbox.drain():
@@ -201,10 +206,12 @@ class Daemon:
         self.text_worker.stop()
         self.engine_loop.stop()
         if self.gate is not None:
-            self.gate.close()
+            self.gate.close()  # resumes accepting: libzmq must close the real socket
         if self._socket is not None:
             self._socket.close(linger=LINGER_MS)
         self._context.term()
+        if self._listener is not None:
+            self._listener.close()
         if self.address.scheme == "ipc":  # clients then fail fast instead of timing out
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.address.path)
@@ -316,6 +323,15 @@ class Daemon:
             self._on_engine_death(item.message)
         elif isinstance(item, Drain):
             self._on_drain(item)
+        elif isinstance(item, ConnectionClosed):
+            self._is_close_posted = False
+            self._keepalives.on_disconnect()  # a connection closed: find whose, now
+
+    def _on_connection_closed(self) -> None:
+        """The gate's thread saw a connection close; one wake-up of the I/O thread is enough."""
+        if not self._is_close_posted:
+            self._is_close_posted = True
+            self.outbox.post(ConnectionClosed())
 
     def _send_message(self, peer: bytes, message: WireMessage) -> None:
         self._send(peer, encode(message))

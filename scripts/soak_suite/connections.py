@@ -2,7 +2,8 @@
 
 The daemon runs with a soft RLIMIT_NOFILE of 1024 (a common default); thousands of ipc
 connections each cost it a descriptor, so it must raise its limit or refuse extra
-connections instead of dying on a libzmq assertion.
+connections instead of dying on a libzmq assertion. In the hard-limit scenario it cannot
+raise it (hard 1024, as in many containers), so it must refuse what does not fit.
 """
 
 from __future__ import annotations
@@ -22,6 +23,39 @@ REPLY_WAIT_S = 20.0
 def run_connections(daemon: DaemonProcess, num_connections: int = 5000) -> ScenarioResult:
     """Open `num_connections` DEALERs, each sends one health; the daemon must keep serving."""
     result = ScenarioResult("connections")
+    _flood(daemon, num_connections, result)
+    return result.finish()
+
+
+def run_connections_at_hard_limit(
+    daemon: DaemonProcess, num_connections: int = 1500, hard_nofile: int = 1024
+) -> ScenarioResult:
+    """The flood against a daemon of its own whose hard descriptor limit is below it."""
+    result = ScenarioResult("connections_hard_limit")
+    own = DaemonProcess(
+        daemon.runtime_dir / "hard-limit",
+        model=daemon.model,
+        extra_args=daemon.extra_args,
+        soft_nofile=hard_nofile,
+        hard_nofile=hard_nofile,
+    )
+    try:
+        own.start()
+        _flood(own, num_connections, result)
+        facts = own.stats()["daemon"] if own.is_running() else {}
+    finally:
+        own.stop()
+    result.counts["daemon_hard_nofile"] = hard_nofile
+    result.counts["max_connections"] = facts.get("max_connections")
+    result.counts["num_refused_connections"] = facts.get("num_refused_connections")
+    num_refused = facts.get("num_refused_connections") or 0
+    result.check("connections past the limit are refused", num_refused > 0)
+    result.check("the refusals are logged", "(--max-connections)" in own.log_tail(100_000))
+    return result.finish()
+
+
+def _flood(daemon: DaemonProcess, num_connections: int, result: ScenarioResult) -> None:
+    """Open the connections, count health replies, then check the daemon serves old and new."""
     raise_own_nofile(3 * num_connections + 1024)  # a socket costs us about two descriptors
     context = zmq.Context()
     context.set(zmq.MAX_SOCKETS, num_connections + 64)
@@ -67,7 +101,6 @@ def run_connections(daemon: DaemonProcess, num_connections: int = 5000) -> Scena
     )
     result.check("an early connection is still served while all are open", serves_old)
     result.check("a new client is served after they close", serves_after)
-    return result.finish()
 
 
 def _count_replies(poller: zmq.Poller, expected: int) -> int:

@@ -47,6 +47,7 @@ class DaemonProcess:
         model: str | Path = DEFAULT_MODEL,
         extra_args: tuple[str, ...] = (),
         soft_nofile: int | None = DEFAULT_SOFT_NOFILE,
+        hard_nofile: int | None = None,
     ) -> None:
         self.runtime_dir = Path(runtime_dir)
         self.runtime_dir.mkdir(parents=True, exist_ok=True)
@@ -55,6 +56,8 @@ class DaemonProcess:
         self.extra_args = tuple(extra_args)
         self.soft_nofile = soft_nofile
         """Soft RLIMIT_NOFILE the daemon starts with (None: inherit ours)."""
+        self.hard_nofile = hard_nofile
+        """Hard RLIMIT_NOFILE the daemon starts with, which it cannot raise (None: ours)."""
         self.log_path = self.runtime_dir / "daemon.log"
         self.http_port = _free_tcp_port()
         """The HTTP API's port, kept across restarts as a user's would be (never 8000,
@@ -77,13 +80,14 @@ class DaemonProcess:
         ]  # fmt: skip
 
     def start(self, wait: bool = True) -> None:
-        """Start a daemon (with the lowered soft descriptor limit) and wait until healthy."""
-        soft_nofile = self.soft_nofile
+        """Start a daemon (with the lowered descriptor limits) and wait until healthy."""
+        soft_nofile, hard_nofile = self.soft_nofile, self.hard_nofile
 
         def lower_nofile() -> None:
-            if soft_nofile is not None:
-                _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-                resource.setrlimit(resource.RLIMIT_NOFILE, (soft_nofile, hard))
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            hard = hard if hard_nofile is None else hard_nofile
+            soft = soft if soft_nofile is None else soft_nofile
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
 
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scripts.soak_suite.bad_requests import run_bad_requests
-from scripts.soak_suite.connections import run_connections
+from scripts.soak_suite.connections import run_connections, run_connections_at_hard_limit
 from scripts.soak_suite.crash import run_crash
 from scripts.soak_suite.daemon_process import DaemonProcess
 from scripts.soak_suite.lifecycles import run_lifecycles
@@ -43,6 +43,11 @@ SCENARIOS: dict[str, tuple[Callable[..., ScenarioResult], dict[str, Any], dict[s
         run_connections,
         {"num_connections": 5_000},
         {"num_connections": 1_500},
+    ),
+    "connections_hard_limit": (
+        run_connections_at_hard_limit,
+        {"num_connections": 5_000, "hard_nofile": 1024},
+        {"num_connections": 1_500, "hard_nofile": 1024},
     ),
     "crash": (run_crash, {"num_kills": 20, "num_streams": 32}, {"num_kills": 1, "num_streams": 8}),
 }

@@ -78,3 +78,69 @@ def test_an_idle_connection_flood_is_refused_not_fatal(tiny_model_dir, tmp_path)
         flood.destroy(linger=0)
         process.terminate()
         process.wait(30)
+
+
+HARD_DESCRIPTOR_LIMIT = 256
+NUM_FLOOD_CONNECTIONS = 400
+
+
+def _low_hard_descriptor_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (HARD_DESCRIPTOR_LIMIT, HARD_DESCRIPTOR_LIMIT))
+
+
+def test_a_flood_past_the_hard_descriptor_limit_is_refused_not_fatal(tiny_model_dir, tmp_path):
+    """Hard limit 256, which the daemon cannot raise, and 400 connections at once.
+
+    libzmq aborts the process when an ipc accept finds no descriptor, and a burst is
+    accepted faster than a monitor can shed it; the daemon must pause accepting instead.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4 * NUM_FLOOD_CONNECTIONS:  # this process holds two descriptors per connection
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    address = f"ipc://{tmp_path / 'hard.sock'}"
+    log_path = tmp_path / "daemon.log"
+    process = start_daemon(
+        tiny_model_dir, address, daemon_env(), log_path, preexec_fn=_low_hard_descriptor_limit
+    )
+    flood = zmq.Context()
+    flood.set(zmq.MAX_SOCKETS, NUM_FLOOD_CONNECTIONS + 64)
+    try:
+        with Client(address, timeout=10.0) as client:
+            facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
+            max_connections = facts["max_connections"]
+            assert max_connections < NUM_FLOOD_CONNECTIONS < HARD_DESCRIPTOR_LIMIT * 2
+            sockets = []
+            for _ in range(NUM_FLOOD_CONNECTIONS):  # as fast as libzmq connects them
+                idle = flood.socket(zmq.DEALER)
+                idle.setsockopt(zmq.LINGER, 0)
+                idle.connect(address)
+                sockets.append(idle)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
+                if facts["num_refused_connections"] > 0:
+                    break
+                time.sleep(0.1)
+            assert process.poll() is None, log_path.read_text()
+            assert facts["num_refused_connections"] > 0, facts
+            # A burst can overshoot the cap by what libzmq accepted before the pause (those
+            # are shut down); it must stay well inside the margin to the hard limit.
+            assert facts["num_connections"] < (max_connections + HARD_DESCRIPTOR_LIMIT) // 2
+            completion = client.generate("still serving", params={"max_tokens": 2})
+            assert completion.finish_reason == "length"
+            flood.destroy(linger=0)
+        deadline = time.monotonic() + 30
+        while process.poll() is None and time.monotonic() < deadline:
+            with Client(address, timeout=10.0) as fresh:  # a new connection once the flood ends
+                if fresh.stats(include_requests=False)["daemon"]["num_connections"] < 5:
+                    assert fresh.generate("again", params={"max_tokens": 2}).token_ids
+                    break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the flood's connections never closed: {log_path.read_text()}")
+        assert process.poll() is None, log_path.read_text()
+        assert "(--max-connections)" in log_path.read_text()
+    finally:
+        flood.destroy(linger=0)
+        process.terminate()
+        process.wait(30)

@@ -102,6 +102,17 @@ def test_many_connections_at_a_low_descriptor_limit(daemon):
     assert result.passed, result.notes
 
 
+def test_a_flood_past_a_hard_descriptor_limit_is_refused_not_fatal(daemon):
+    """Hard limit 1,024 (which the daemon cannot raise) and 1,500 connections."""
+    result = run_scenario("connections_hard_limit", daemon, is_quick=True)
+    assert result.counts["daemon_hard_nofile"] == 1024
+    assert result.counts["num_connections"] == 1500
+    assert result.counts["daemon_returncode"] is None, result.notes
+    assert result.counts["num_refused_connections"] > 0, result.counts
+    assert result.counts["num_health_answered"] < 1500, result.counts  # the refused get no reply
+    assert result.passed, result.notes
+
+
 def test_kill_and_restart_loses_nothing_and_runs_nothing_stale(tmp_path_factory):
     own = DaemonProcess(tmp_path_factory.mktemp("crash"), extra_args=DAEMON_ARGS)
     try:
