@@ -15,10 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-try:  # the offline benchmark's home after it moved into the package
-    from llmd.bench.offline import SMOLLM2_135M_SHAPE, make_checkpoint
-except ImportError:
-    from scripts.bench_offline import SMOLLM2_135M_SHAPE, make_checkpoint
+from llmd.bench.workload import SMOLLM2_135M_SHAPE, make_checkpoint
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|startoftext|>", "<|pad|>")
 
