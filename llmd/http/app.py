@@ -25,6 +25,7 @@ from llmd.http.chat import create_chat_completion
 from llmd.http.completions import create_completion
 from llmd.http.context import HttpContext
 from llmd.http.errors import HttpError, from_llmd_error, not_found
+from llmd.http.request_id import RequestIdMiddleware
 from llmd.protocol import PROTOCOL_VERSION
 
 logger = logging.getLogger(__name__)
@@ -50,7 +51,10 @@ def create_app(context: HttpContext) -> Starlette:
             Route("/v1/completions", create_completion, methods=["POST"]),
             Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
         ],
-        middleware=[Middleware(BearerAuth, api_key=context.api_key)],
+        middleware=[
+            Middleware(RequestIdMiddleware),
+            Middleware(BearerAuth, api_key=context.api_key),
+        ],
         exception_handlers={
             HttpError: _on_http_error,
             LLMDError: _on_llmd_error,

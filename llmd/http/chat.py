@@ -19,6 +19,7 @@ from llmd.http.body import read_json
 from llmd.http.context import HttpContext
 from llmd.http.generation_group import GenerationGroup
 from llmd.http.logprobs import chat_logprobs
+from llmd.http.request_id import STATE_KEY
 from llmd.http.request_models import ChatCompletionRequest, parse_body
 from llmd.http.responses import (
     client_gone,
@@ -30,6 +31,7 @@ from llmd.http.responses import (
     usage,
 )
 from llmd.http.sampling import chat_params, fan_out
+from llmd.http.timings import completion_timings, finished_timings
 
 
 async def create_chat_completion(request: Request) -> Response:
@@ -39,7 +41,8 @@ async def create_chat_completion(request: Request) -> Response:
     model = await context.check_model(body.model)
     params = chat_params(body, model.max_model_len)
     inputs = fan_out([{"messages": body.wire_messages()}], params, body.n)
-    group = GenerationGroup(context.client, inputs, params, stream=body.stream)
+    label = getattr(request.state, STATE_KEY, None)
+    group = GenerationGroup(context.client, inputs, params, stream=body.stream, label=label)
     head = {
         "id": new_id("chatcmpl"),
         "object": "chat.completion",
@@ -50,7 +53,8 @@ async def create_chat_completion(request: Request) -> Response:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         head["object"] = "chat.completion.chunk"
         return await start_stream(
-            group, lambda: _chunks(group, head, body.logprobs, include_usage, body.n)
+            group,
+            lambda: _chunks(group, head, body.logprobs, include_usage, body.n, body.return_timings),
         )
     completions = await complete(request, group)
     if completions is None:
@@ -61,6 +65,7 @@ async def create_chat_completion(request: Request) -> Response:
             "message": {"role": "assistant", "content": completion.text},
             "logprobs": chat_logprobs(completion.logprobs or []) if body.logprobs else None,
             "finish_reason": finish_reason(completion.finish_reason),
+            **({"timings": completion_timings(completion)} if body.return_timings else {}),
         }
         for index, completion in enumerate(completions)
     ]
@@ -74,26 +79,36 @@ async def _chunks(
     wants_logprobs: bool,
     include_usage: bool,
     num_choices: int,
+    wants_timings: bool,
 ) -> AsyncIterator[bytes]:
     extra = {"usage": None} if include_usage else {}
 
     def chunk(
-        index: int, delta: dict[str, Any], logprobs: Any = None, reason: str | None = None
+        index: int,
+        delta: dict[str, Any],
+        logprobs: Any = None,
+        reason: str | None = None,
+        timings: dict[str, Any] | None = None,
     ) -> bytes:
         choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+        if timings is not None:
+            choice["timings"] = timings
         return sse.event({**head, "choices": [choice], **extra})
 
     usages: dict[int, dict[str, int]] = {}
+    request_ids: dict[int, str] = {}
     while (item := await group.next()) is not None:
         index, event = item
         if isinstance(event, Accepted):
+            request_ids[index] = event.request_id
             yield chunk(index, {"role": "assistant", "content": ""})
         elif isinstance(event, TokenDelta):
             logprobs = chat_logprobs(event.logprobs or []) if wants_logprobs else None
             yield chunk(index, {"content": event.text}, logprobs)
         elif isinstance(event, Finished):
             usages[index] = event.usage
-            yield chunk(index, {}, None, finish_reason(event.finish_reason))
+            timings = finished_timings(request_ids.get(index), event) if wants_timings else None
+            yield chunk(index, {}, None, finish_reason(event.finish_reason), timings)
     if include_usage:
         ordered = [usages[index] for index in sorted(usages)]
         yield sse.event({**head, "choices": [], "usage": usage(ordered, num_choices)})

@@ -12,12 +12,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llmd.client import Finished, TokenDelta
+from llmd.client import Accepted, Finished, TokenDelta
 from llmd.http import sse
 from llmd.http.body import read_json
 from llmd.http.context import HttpContext
 from llmd.http.generation_group import GenerationGroup
 from llmd.http.logprobs import completion_logprobs
+from llmd.http.request_id import STATE_KEY
 from llmd.http.request_models import CompletionRequest, parse_body
 from llmd.http.responses import (
     client_gone,
@@ -29,6 +30,7 @@ from llmd.http.responses import (
     usage,
 )
 from llmd.http.sampling import completion_params, fan_out
+from llmd.http.timings import completion_timings, finished_timings
 
 
 async def create_completion(request: Request) -> Response:
@@ -41,7 +43,8 @@ async def create_completion(request: Request) -> Response:
         {"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in body.prompts()
     ]
     inputs = fan_out(prompts, params, body.n)
-    group = GenerationGroup(context.client, inputs, params, stream=body.stream)
+    label = getattr(request.state, STATE_KEY, None)
+    group = GenerationGroup(context.client, inputs, params, stream=body.stream, label=label)
     head = {
         "id": new_id("cmpl"),
         "object": "text_completion",
@@ -52,7 +55,10 @@ async def create_completion(request: Request) -> Response:
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         return await start_stream(
-            group, lambda: _chunks(group, head, wants_logprobs, include_usage, body.n)
+            group,
+            lambda: _chunks(
+                group, head, wants_logprobs, include_usage, body.n, body.return_timings
+            ),
         )
     completions = await complete(request, group)
     if completions is None:
@@ -65,6 +71,7 @@ async def create_completion(request: Request) -> Response:
                 completion_logprobs(completion.logprobs or [], 0) if wants_logprobs else None
             ),
             "finish_reason": finish_reason(completion.finish_reason),
+            **({"timings": completion_timings(completion)} if body.return_timings else {}),
         }
         for index, completion in enumerate(completions)
     ]
@@ -78,13 +85,17 @@ async def _chunks(
     wants_logprobs: bool,
     include_usage: bool,
     num_choices: int,
+    wants_timings: bool,
 ) -> AsyncIterator[bytes]:
     text_offsets: dict[int, int] = {}
     usages: dict[int, dict[str, int]] = {}
+    request_ids: dict[int, str] = {}
     extra = {"usage": None} if include_usage else {}
     while (item := await group.next()) is not None:
         index, event = item
-        if isinstance(event, TokenDelta):
+        if isinstance(event, Accepted):
+            request_ids[index] = event.request_id
+        elif isinstance(event, TokenDelta):
             logprobs = None
             if wants_logprobs:
                 offset = text_offsets.get(index, 0)
@@ -95,8 +106,10 @@ async def _chunks(
         elif isinstance(event, Finished):
             usages[index] = event.usage
             choice = {"index": index, "text": "", "logprobs": None}
-            reason = finish_reason(event.finish_reason)
-            yield sse.event({**head, "choices": [{**choice, "finish_reason": reason}], **extra})
+            choice["finish_reason"] = finish_reason(event.finish_reason)
+            if wants_timings:
+                choice["timings"] = finished_timings(request_ids.get(index), event)
+            yield sse.event({**head, "choices": [choice], **extra})
     if include_usage:
         ordered = [usages[index] for index in sorted(usages)]
         yield sse.event({**head, "choices": [], "usage": usage(ordered, num_choices)})

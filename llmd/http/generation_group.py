@@ -31,8 +31,11 @@ class GenerationGroup:
         inputs: list[dict[str, Any]],
         params: dict[str, Any],
         stream: bool,
+        label: str | None = None,
     ) -> None:
         self._client = client
+        self._label = label
+        """Every daemon request's label (the HTTP request's X-Request-Id)."""
         self._inputs = inputs
         self._params = params
         self._stream = stream
@@ -100,14 +103,18 @@ class GenerationGroup:
     async def _pump(self, index: int, kwargs: dict[str, Any]) -> None:
         try:
             if self._stream:
-                stream = self._client.stream(**{"params": self._params, **kwargs})
+                stream = self._client.stream(
+                    **{"params": self._params, "label": self._label, **kwargs}
+                )
                 async with contextlib.aclosing(stream) as events:
                     async for event in events:
                         if self._is_cancelled:
                             break  # closing the stream sends the abort
                         self._queue.put_nowait((index, event))
             else:
-                completion = await self._client.generate(**{"params": self._params, **kwargs})
+                completion = await self._client.generate(
+                    **{"params": self._params, "label": self._label, **kwargs}
+                )
                 self._queue.put_nowait((index, completion))
         except asyncio.CancelledError:
             raise

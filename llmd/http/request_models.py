@@ -49,6 +49,8 @@ class SamplingFields(BaseModel):
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = None
+    # llmd's extension: each choice's `timings` (phases and why it waited; llmd/http/timings.py).
+    return_timings: bool = False
 
     def check_supported(self) -> None:
         """Refuse, by name, what llmd does not implement."""
