@@ -1,20 +1,27 @@
 """Sends one benchmark request to an OpenAI-compatible HTTP server and records its timings.
 
 The same load can then be compared across llmd's ZeroMQ daemon, its HTTP API and other
-servers; the request is a streamed /v1/completions call read as server-sent events.
+servers; the request is a streamed /v1/completions call read as server-sent events. An
+llmd server (its /version names a protocol version) is asked for each request's
+`timings` (`return_timings`), which other servers might refuse.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
 
 from llmd.bench.request_record import ABORTED, FAILED, RequestRecord
 from llmd.errors import InvalidParameterError
+from llmd.wait_breakdown import WaitBreakdown
 
 COMPLETIONS_PATH = "/v1/completions"
+VERSION_PATH = "/version"
 DONE_MARKER = "[DONE]"
+BREAKDOWN_KEYS = tuple(WaitBreakdown().to_dict())
+PHASES = ("queue", "prefill", "ttft", "decode", "tpot", "e2e")
 
 
 class HttpDriver:
@@ -29,10 +36,13 @@ class HttpDriver:
             ) from None
         if not base_url.startswith(("http://", "https://")):
             raise InvalidParameterError(f"--http must be an http(s) URL, got {base_url!r}", "http")
-        self.url = base_url.rstrip("/").removesuffix("/v1") + COMPLETIONS_PATH
+        self.root = base_url.rstrip("/").removesuffix("/v1")
+        self.url = self.root + COMPLETIONS_PATH
         self.model = model
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0))
         self.started_at = time.perf_counter()
+        self._is_llmd: asyncio.Task | None = None
+        """Whether the server is llmd (asked once, shared by every request)."""
 
     def now(self) -> float:
         """Seconds since the run began (the records' time base)."""
@@ -42,7 +52,27 @@ class HttpDriver:
         """An HTTP server has no llmd stats: the daemon-window figures stay empty."""
         return {}
 
-    def _body(self, prompt_token_ids: list[int] | None, prompt: str | None, max_tokens: int):
+    async def _probe_llmd(self) -> bool:
+        """True when GET /version answers like llmd (with a protocol version)."""
+        try:
+            response = await self.client.get(self.root + VERSION_PATH)
+            return response.status_code == 200 and "protocol_version" in response.json()
+        except Exception:  # any other server, or none: ask for nothing extra
+            return False
+
+    async def asks_timings(self) -> bool:
+        """Whether requests ask for llmd's per-choice `timings`."""
+        if self._is_llmd is None:
+            self._is_llmd = asyncio.ensure_future(self._probe_llmd())
+        return await self._is_llmd
+
+    def _body(
+        self,
+        prompt_token_ids: list[int] | None,
+        prompt: str | None,
+        max_tokens: int,
+        asks_timings: bool = False,
+    ):
         body: dict[str, Any] = {
             "prompt": prompt_token_ids if prompt_token_ids is not None else prompt,
             "max_tokens": max_tokens,
@@ -53,6 +83,8 @@ class HttpDriver:
         }
         if self.model:
             body["model"] = self.model
+        if asks_timings:
+            body["return_timings"] = True
         return body
 
     async def send(
@@ -66,7 +98,7 @@ class HttpDriver:
         record.sent_s = self.now()
         num_chunks = 0
         try:
-            body = self._body(prompt_token_ids, prompt, max_tokens)
+            body = self._body(prompt_token_ids, prompt, max_tokens, await self.asks_timings())
             async with self.client.stream("POST", self.url, json=body) as response:
                 if response.status_code != 200:
                     text = (await response.aread()).decode(errors="replace")[:200]
@@ -111,6 +143,10 @@ class HttpDriver:
                 carried = 1
             if choice.get("finish_reason"):
                 record.finish_reason = choice["finish_reason"]
+            timings = choice.get("timings")
+            if isinstance(timings, dict):
+                record.server_timings = {phase: timings.get(f"{phase}_s") for phase in PHASES}
+                record.server_waits = {key: timings.get(key) for key in BREAKDOWN_KEYS}
         return carried
 
     async def close(self) -> None:

@@ -16,6 +16,7 @@ from llmd.bench.capacity import capacity_line, rate_text, render_probes
 from llmd.bench.latency_stats import summarize
 from llmd.bench.request_record import ABORTED, FAILED, RequestRecord
 from llmd.bench.slo import Slo, goodput
+from llmd.wait_breakdown import WAIT_REASONS, WaitBreakdown
 
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
 
@@ -82,6 +83,22 @@ def daemon_window(before: dict[str, Any], after: dict[str, Any]) -> dict[str, An
     }
 
 
+def server_waits(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
+    """Seconds waited per reason over the requests whose server said why (None: none did)."""
+    read = (WaitBreakdown.from_dict(record.server_waits) for record in records)
+    breakdowns = [breakdown for breakdown in read if breakdown is not None]
+    if not breakdowns:
+        return None
+    totals = {name: sum(b.wait_s[name] for b in breakdowns) for name in WAIT_REASONS}
+    total = sum(totals.values())
+    return {
+        "num_requests": len(breakdowns),
+        "wait_s": totals,
+        "mean_wait_s": {name: value / len(breakdowns) for name, value in totals.items()},
+        "share": {name: value / total if total else None for name, value in totals.items()},
+    }
+
+
 def _scaled(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor
 
@@ -128,6 +145,7 @@ def build_result(
         },
         "latency_ms": latency,
         "server_latency_ms": server_latency,
+        "server_waits": server_waits(completed),
         "goodput": {"slo_ms": slo.as_ms(), **goodput(records, slo, duration_s)},
         "daemon": daemon_window(before, after) if before and after else None,
         "requests": [record.to_json() for record in records],
@@ -178,6 +196,14 @@ def render_table(result: dict[str, Any]) -> str:
         f"{slo_text or 'no SLO (every completed request)'}"
         f" ({_fmt(None if good['fraction'] is None else good['fraction'] * 100)}% of requests)"
     )
+    waits = result.get("server_waits")
+    if waits and any(waits["share"].values()):
+        reasons = sorted(WAIT_REASONS, key=lambda name: -(waits["share"][name] or 0))
+        shares = " · ".join(
+            f"{name} {waits['share'][name] * 100:.0f}%" for name in reasons if waits["share"][name]
+        )
+        total = sum(waits["wait_s"].values())
+        lines.append(f"waits         {shares} of {total:.2f} s ({waits['num_requests']} requests)")
     daemon = result.get("daemon")
     if daemon:
         hit = daemon["prefix_hit_rate"]

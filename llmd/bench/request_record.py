@@ -41,6 +41,9 @@ class RequestRecord:
     error: str | None = None
     server_timings: dict[str, float | None] = field(default_factory=dict)
     """The daemon's own per-request timings (queue, prefill, ttft, decode, tpot, e2e)."""
+    server_waits: dict[str, Any] | None = None
+    """The server's wait breakdown when it returns one (llmd: docs/protocol.md, "Wait
+    breakdown"): seconds and steps per wait reason, prefill chunks, prefix hits."""
 
     @property
     def is_ok(self) -> bool:

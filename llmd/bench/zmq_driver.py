@@ -63,6 +63,7 @@ class ZmqDriver:
                         record.num_output_tokens = len(event.token_ids)
                         record.num_cached_tokens = event.usage.get("cached_tokens", 0)
                         record.server_timings = dict(event.timings)
+                        record.server_waits = event.breakdown
                         if event.finish_reason not in ("stop", "length"):
                             record.status = ABORTED
                         return list(event.token_ids) or output_ids

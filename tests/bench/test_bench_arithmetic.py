@@ -16,7 +16,7 @@ from llmd.bench.datasets import (
     sharegpt_sessions,
 )
 from llmd.bench.latency_stats import summarize
-from llmd.bench.report import build_result, daemon_window
+from llmd.bench.report import build_result, daemon_window, render_table
 from llmd.bench.request_record import FAILED, RequestRecord
 from llmd.bench.slo import Slo, goodput
 from llmd.errors import InvalidParameterError
@@ -98,6 +98,23 @@ def test_result_throughput_and_daemon_window_by_hand():
     assert window["prefix_hit_rate"] == 0.5
     assert window["decode_gb_per_s"] == 2.0
     assert window["prefill_flop_per_s"] == 2e9
+
+
+def test_server_waits_sum_each_reason_over_the_requests_that_said_why():
+    records = [_record(0, 0.1, 1.0, 4), _record(1, 0.2, 2.0, 6), _record(2, 0.1, 0.5, 3)]
+    records[0].server_waits = {"wait_s": {"queue": 0.5, "kv_blocks": 1.5}}
+    records[1].server_waits = {"wait_s": {"queue": 0.25, "token_budget": 1.75}}
+    result = build_result(records, Slo(), {})  # the third said nothing: not counted
+    waits = result["server_waits"]
+    assert waits["num_requests"] == 2
+    assert waits["wait_s"] == {"queue": 0.75, "kv_blocks": 1.5, "max_num_seqs": 0.0,
+                               "token_budget": 1.75, "preempted": 0.0}  # fmt: skip
+    assert waits["mean_wait_s"]["kv_blocks"] == 0.75
+    assert waits["share"]["token_budget"] == 0.4375  # 1.75 of 4.0 s
+    assert "waits         token_budget 44% · kv_blocks 38% · queue 19% of 4.00 s (2 requests)" in (
+        render_table(result)
+    )
+    assert build_result(records[2:], Slo(), {})["server_waits"] is None
 
 
 def test_arrivals_fixed_inf_and_seeded_gamma():

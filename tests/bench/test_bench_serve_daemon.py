@@ -75,6 +75,20 @@ async def test_random_dataset_under_each_arrival_mode(daemon, arrival):
         assert max(scheduled) > 0.01  # sent over time, not at once
 
 
+async def test_each_record_says_why_the_request_waited(daemon):
+    result = await _run(daemon[0], request_rate=math.inf, seed=5)  # all 6 at once
+    for record in result["requests"]:
+        waits = record["server_waits"]
+        assert set(waits["wait_s"]) == {"queue", "kv_blocks", "max_num_seqs", "token_budget",
+                                        "preempted"}  # fmt: skip
+        assert sum(waits["wait_s"].values()) == pytest.approx(
+            record["server_timings"]["queue"], abs=1e-6
+        )
+        assert waits["num_prefill_tokens"] >= record["num_prompt_tokens"] - waits[
+            "num_cached_tokens"]  # fmt: skip
+    assert result["server_waits"]["num_requests"] == 6
+
+
 async def test_shared_prefix_dataset_hits_the_prefix_cache(daemon):
     # One request at a time, so each group's prefix is cached before its next prompt comes
     # (concurrent prompts of a group may be admitted before the first one's blocks exist).

@@ -71,6 +71,8 @@ async def test_http_serve_reads_the_sse_stream_and_counts_failures(server_url):
     assert all(r["num_output_tokens"] == len(r["token_arrival_s"]) for r in completed)
     assert all(r["num_prompt_tokens"] <= MAX_PROMPT_TOKENS for r in completed)
     assert all(body["model"] == "m" and body["stream"] for body in CompletionsHandler.bodies)
+    assert not any("return_timings" in body for body in CompletionsHandler.bodies)  # not llmd
+    assert all(r["server_waits"] is None for r in result["requests"])
     assert result["latency_ms"]["ttft"]["count"] == 6 - num_too_long
     assert result["daemon"] is None
 

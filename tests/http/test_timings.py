@@ -149,3 +149,21 @@ def test_x_request_id_is_echoed_generated_or_refused_by_name(served_http):
     with Client(served_http.address) as client:
         recent = client.stats()["recent"]
     assert any(row["label"] == REQUEST_ID for row in recent)
+
+
+async def test_bench_over_http_records_each_requests_breakdown(served_http):
+    from llmd.bench.serve import ServeOptions, run_serve_async
+
+    options = ServeOptions(
+        http_url=served_http.v1, num_prompts=4, input_len=12, output_len=3, vocab_size=100,
+        seed=2, show_progress=False, max_concurrency=4,
+    )  # fmt: skip
+    result = await run_serve_async(options)
+    assert result["num_completed"] == 4, result["errors"]
+    for record in result["requests"]:
+        waits = record["server_waits"]
+        assert set(waits["wait_s"]) == set(WAIT_REASONS) and waits["num_prefill_chunks"] >= 1
+        assert sum(waits["wait_s"].values()) == pytest.approx(
+            record["server_timings"]["queue"], abs=1e-6
+        )
+    assert result["server_waits"]["num_requests"] == 4
