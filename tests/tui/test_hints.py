@@ -11,12 +11,17 @@ from llmd.tui.top.hints import (
     kv_full_with_preemptions,
     prefill_starving_decode,
     queue_growing,
+    waiting_on_kv_blocks,
+    waiting_on_max_num_seqs,
+    waiting_on_token_budget,
 )
 from llmd.tui.top.view import (
     EfficiencyView,
+    HeaderView,
     KVView,
     LatencyView,
     QueueView,
+    RequestRow,
     StepView,
     TopView,
 )
@@ -108,3 +113,38 @@ def test_busy_but_inefficient_needs_a_known_peak():
     assert busy_but_inefficient(with_(busy, efficiency={"peak_gb_per_s": None})) is None
     assert busy_but_inefficient(with_(busy, efficiency={"decode_gb_per_s": 300.0})) is None
     assert busy_but_inefficient(with_(busy, efficiency={"busy_fraction": 0.5})) is None
+
+
+def waiting_rows(reason: str, waits: list[float]) -> tuple[RequestRow, ...]:
+    return tuple(
+        RequestRow(f"req-{i}", "waiting", waiting_on=reason, wait_s=wait)
+        for i, wait in enumerate(waits)
+    )
+
+
+def test_wait_reasons_name_their_limit_once_a_request_waited_half_a_second():
+    header = HeaderView(max_num_seqs=8, max_num_batched_tokens=512)
+    seqs = dataclasses.replace(
+        CALM, header=header, requests=waiting_rows("max_num_seqs", [0.4, 1.5, 0.7])
+    )
+    hint = waiting_on_max_num_seqs(seqs)
+    assert hint.name == "max_num_seqs"
+    assert hint.message.startswith("2 waiting on max_num_seqs (the running set is full at 8;")
+    assert "longest 1.5s" in hint.message and "--max-num-seqs" in hint.message
+    budget = dataclasses.replace(CALM, header=header, requests=waiting_rows("token_budget", [0.9]))
+    hint = waiting_on_token_budget(budget)
+    assert hint.name == "token_budget" and "512 tokens go to running prefills" in hint.message
+    assert waiting_on_max_num_seqs(budget) is None
+    just_below = dataclasses.replace(CALM, requests=waiting_rows("token_budget", [0.49]))
+    assert waiting_on_token_budget(just_below) is None
+    queued = dataclasses.replace(CALM, requests=waiting_rows("queue", [9.0]))
+    assert find_hints(queued) == ()  # behind others: no limit of its own to raise
+
+
+def test_kv_blocks_has_its_hint_only_while_the_cache_is_not_full():
+    held = dataclasses.replace(CALM, requests=waiting_rows("kv_blocks", [2.0]))
+    hint = waiting_on_kv_blocks(held)
+    assert hint.name == "kv_blocks" and "more than the 60 free blocks" in hint.message
+    full = with_(held, kv={"num_used": 98, "num_free": 2, "usage": 0.98}, queue={"waiting": 3})
+    assert waiting_on_kv_blocks(full) is None
+    assert "the queue's head waiting on kv_blocks" in kv_full_with_preemptions(full).message

@@ -125,6 +125,59 @@ async def test_top_shows_a_request_while_it_runs(daemon_address):
     assert re.search(rf"{request_id} (running|finished) · age", timeline_text), timeline_text
 
 
+async def test_top_says_why_a_request_waited_for_kv_blocks(daemon_address):
+    # 64 blocks of 16 tokens: four 200-token prompts (13 blocks each, 16 by their 56th
+    # token) leave 12 free, and the fifth, sent right after them, needs 13.
+    params = {"max_tokens": 56, "temperature": 0.0, "ignore_eos": True}
+    label = "top-test/kv:5"
+
+    async def send_five() -> str:
+        async with AsyncClient(daemon_address) as client:
+            await client.health()  # connected: the five sends leave in order, at once
+
+            async def run(index: int) -> str:
+                prompt = [20 + 60 * index + i % 50 for i in range(200)]
+                request_id = ""
+                stream = client.stream(
+                    prompt_token_ids=prompt, params=params, label=label if index == 4 else None
+                )
+                async for event in stream:
+                    if isinstance(event, Accepted):
+                        request_id = event.request_id
+                return request_id
+
+            return (await asyncio.gather(*(run(index) for index in range(5))))[-1]
+
+    held_id = await send_five()
+    app = create_top_app(lambda: AsyncClient(daemon_address, timeout=5.0), daemon_address, 0.1)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(
+            pilot, lambda: any(r.request_id == held_id for r in app.model.view().requests)
+        )
+        for _ in range(20):  # move the selection onto it, among the recently finished
+            rows = [row.request_id for row in app.model.view().requests]
+            if app.model.selected_request_id == held_id:
+                break
+            below = rows.index(held_id) > rows.index(app.model.selected_request_id)
+            await pilot.press("down" if below else "up")
+        assert app.model.selected_request_id == held_id
+
+        def has_waits() -> bool:
+            timeline = app.model.view().timeline
+            return timeline is not None and timeline.request_id == held_id and timeline.waits
+
+        await wait_for(pilot, has_waits, timeout=10)
+        await pilot.pause()
+        text = screen_text(app)
+        waits = app.model.view().timeline.waits
+    assert waits.wait_s["kv_blocks"] > 0 and waits.main_reason == "kv_blocks"
+    assert waits.wait_s["max_num_seqs"] == waits.wait_s["token_budget"] == 0.0
+    assert f"{held_id} {label} finished" in text
+    assert re.search(r"waited [\d.]+m?s: kv_blocks [\d.]+m?s", text), text
+    assert "1 prefill chunk (200) · 0 cached · 0 preemptions" in text
+    assert f"\n {label} " in text  # its row in the table, by its label
+
+
 def run_chat_cli(address: str, *args: str, stdin: bytes | None = None):
     return subprocess.run(
         [sys.executable, "-m", "llmd.cli", "chat", "--address", address, *args],

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from llmd.tui.formatting import fmt_percent, fmt_seconds
 from llmd.tui.top.view import Hint, TopView
+from llmd.wait_breakdown import KV_BLOCKS, MAX_NUM_SEQS, TOKEN_BUDGET
 
 KV_FULL_USAGE = 0.95
 """Usage from which the KV cache counts as full."""
@@ -27,6 +28,8 @@ TREND_TEXT = "10s"
 """How the trend window of llmd.tui.top.model reads in a hint."""
 LOW_EFFICIENCY = 0.2
 """Below this share of peak bandwidth, a busy engine counts as inefficient."""
+WAIT_MIN_S = 0.5
+"""Seconds a request must have waited before what holds it counts as a bottleneck."""
 
 
 def kv_occupancy(view: TopView) -> float | None:
@@ -60,6 +63,8 @@ def kv_full_with_preemptions(view: TopView) -> Hint | None:
         cause = f"{queue.recent_preemptions} preemptions in {TREND_TEXT} (recomputed)"
     else:
         cause = f"{queue.waiting} waiting, {queue.running} running"
+    if any(row.waiting_on == KV_BLOCKS for row in view.requests):
+        cause += ", the queue's head waiting on kv_blocks"
     return Hint(
         "kv_full",
         f"KV cache full ({counts}), {cause}: add blocks (--num-blocks, "
@@ -137,8 +142,64 @@ def busy_but_inefficient(view: TopView) -> Hint | None:
     )
 
 
+def _held_by(view: TopView, reason: str) -> tuple[int, float]:
+    """Waiting requests the scheduler holds back by `reason` (for WAIT_MIN_S or more), and
+    the longest wait among them, from the request table's `waiting_on`."""
+    waits = [
+        row.wait_s
+        for row in view.requests
+        if row.waiting_on == reason and not row.is_finished and row.wait_s >= WAIT_MIN_S
+    ]
+    return len(waits), max(waits, default=0.0)
+
+
+def waiting_on_max_num_seqs(view: TopView) -> Hint | None:
+    """Requests wait because the running set is full, not for memory or compute."""
+    num_held, longest = _held_by(view, MAX_NUM_SEQS)
+    if not num_held:
+        return None
+    limit = view.header.max_num_seqs
+    return Hint(
+        MAX_NUM_SEQS,
+        f"{num_held} waiting on max_num_seqs (the running set is full"
+        f"{f' at {limit}' if limit else ''}; longest {fmt_seconds(longest)}): raise "
+        "--max-num-seqs if KV blocks allow.",
+    )
+
+
+def waiting_on_token_budget(view: TopView) -> Hint | None:
+    """Requests wait because each step's token budget goes to running prefills."""
+    num_held, longest = _held_by(view, TOKEN_BUDGET)
+    if not num_held:
+        return None
+    budget = view.header.max_num_batched_tokens
+    return Hint(
+        TOKEN_BUDGET,
+        f"{num_held} waiting on token_budget (every step's "
+        f"{f'{budget} tokens go' if budget else 'budget goes'} to running prefills; longest "
+        f"{fmt_seconds(longest)}): raise --max-num-batched-tokens.",
+    )
+
+
+def waiting_on_kv_blocks(view: TopView) -> Hint | None:
+    """The queue's head waits for KV blocks although the cache is not full (a long prompt)."""
+    num_held, longest = _held_by(view, KV_BLOCKS)
+    if not num_held or kv_full_with_preemptions(view) is not None:
+        return None  # a full cache has its own hint
+    kv = view.kv
+    return Hint(
+        KV_BLOCKS,
+        f"The queue's head waits on kv_blocks for {fmt_seconds(longest)}: its prompt needs "
+        f"more than the {kv.num_free} free blocks. Add blocks (--num-blocks, "
+        "--kv-cache-memory-gib) or lower --max-num-seqs.",
+    )
+
+
 HINT_RULES: tuple[Callable[[TopView], Hint | None], ...] = (
     kv_full_with_preemptions,
+    waiting_on_kv_blocks,
+    waiting_on_max_num_seqs,
+    waiting_on_token_budget,
     queue_growing,
     prefill_starving_decode,
     host_gaps,

@@ -16,6 +16,7 @@ from llmd.tui.top.view import (
     RequestRow,
     TimelineView,
 )
+from llmd.wait_breakdown import WAIT_REASONS, WaitBreakdown
 
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
 
@@ -38,6 +39,18 @@ def integer(values: dict[str, Any], key: str) -> int:
     """An integer field, 0 when absent."""
     value = number(values, key)
     return 0 if value is None else int(value)
+
+
+def text_or_none(values: dict[str, Any], key: str) -> str | None:
+    """A string field, or None when absent or not a string."""
+    value = values.get(key)
+    return value if isinstance(value, str) else None
+
+
+def reason_or_none(values: dict[str, Any]) -> str | None:
+    """`waiting_on` when it is one of the known wait reasons."""
+    value = values.get("waiting_on")
+    return value if value in WAIT_REASONS else None
 
 
 def read_header(snapshot: dict[str, Any]) -> HeaderView:
@@ -136,6 +149,9 @@ def read_request(row: dict[str, Any]) -> RequestRow:
         num_preemptions=integer(row, "num_preemptions"),
         finish_reason=row.get("finish_reason"),
         is_finished=state == "finished",
+        label=text_or_none(row, "label"),
+        waiting_on=reason_or_none(row),
+        wait_s=number(row, "wait_s") or 0.0,
     )
 
 
@@ -169,4 +185,7 @@ def read_timeline(snapshot: dict[str, Any]) -> TimelineView | None:
         events=events,
         token_times_s=tuple(float(t) for t in timeline.get("token_times_s") or ()),
         num_tokens_total=integer(timeline, "num_tokens_total"),
+        label=text_or_none(timeline, "label"),
+        waiting_on=reason_or_none(timeline),
+        waits=WaitBreakdown.from_dict(timeline.get("waits")),
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from llmd.wait_breakdown import WaitBreakdown
+
 
 @dataclass(frozen=True)
 class HeaderView:
@@ -147,6 +149,12 @@ class RequestRow:
     num_preemptions: int = 0
     finish_reason: str | None = None
     is_finished: bool = False
+    label: str | None = None
+    """The client's name for the request (an HTTP X-Request-Id), shown instead of its id."""
+    waiting_on: str | None = None
+    """The wait reason (llmd.wait_breakdown) holding it now, while it waits."""
+    wait_s: float = 0.0
+    """Seconds it has waited for admission so far."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +171,11 @@ class TimelineView:
     """(seconds since arrival, 'prefill' or 'preempted', tokens)."""
     token_times_s: tuple[float, ...] = ()
     num_tokens_total: int = 0
+    label: str | None = None
+    waiting_on: str | None = None
+    """The wait reason holding it now (None once it runs)."""
+    waits: WaitBreakdown | None = None
+    """Why it waited, for how long, and how its prompt was computed (None: not reported)."""
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,8 @@ class Panel(Widget):
     def repaint(self) -> None:
         """Render now at the current size and refresh only the lines that changed."""
         size = self.content_size
-        if not size.width or not size.height:  # not laid out yet: render when shown
+        if not size.width or not size.height:  # hidden or not laid out: render when shown
+            self._strips_key = None  # (shown again at its old size, it must not reuse them)
             self.refresh()
             return
         key = (size, self.visual_style.rich_style)

@@ -58,7 +58,7 @@ class Column:
 
 
 COLUMNS = (
-    Column("request", 10, None, lambda row, _: row.request_id),
+    Column("request", 10, None, lambda row, _: row.label or row.request_id),
     Column("state", 10, "state", lambda row, _: state_text(row)),
     Column("prompt", 7, "prompt", lambda row, _: str(row.num_prompt_tokens)),
     Column("gen", 9, "generated", lambda row, _: f"{row.num_generated_tokens}/{row.max_tokens}"),
@@ -69,24 +69,32 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def fit_columns(width: int) -> list[Column]:
-    """Columns that fit `width`: optional ones drop first, then progress narrows to a percentage."""
+MAX_LABEL_WIDTH = 32
+"""Widest the request column grows to show labels (an X-Request-Id) on a wide screen."""
+
+
+def fit_columns(width: int, label_width: int = 0) -> list[Column]:
+    """Columns that fit `width`: optional ones drop first, then progress narrows to a
+    percentage; spare width goes first to the request column, up to `label_width` (the
+    longest label shown, at most MAX_LABEL_WIDTH), then to progress."""
     columns = list(COLUMNS)
     if sum(c.width + 1 for c in columns) > width:
         columns = [c for c in columns if not c.is_optional]
     spare = width - sum(c.width + 1 for c in columns)
     if spare < 0:
-        columns = [
+        return [
             Column("prog", 6, c.sort_key, c.cell) if c.title == "progress" else c for c in columns
         ]
-    elif spare > 0:
-        columns = [
-            Column(c.title, c.width + min(spare, 12), c.sort_key, c.cell)
-            if c.title == "progress"
-            else c
-            for c in columns
-        ]
-    return columns
+    first = columns[0]
+    grown = max(first.width, min(label_width, MAX_LABEL_WIDTH, first.width + spare))
+    columns[0] = Column(first.title, grown, first.sort_key, first.cell)
+    spare -= grown - first.width
+    return [
+        Column(c.title, c.width + min(spare, 12), c.sort_key, c.cell)
+        if c.title == "progress"
+        else c
+        for c in columns
+    ]
 
 
 STATE_ROW_LINES = 10
@@ -140,7 +148,8 @@ class RequestsPanel(Panel):
         return table_lines(self, screen_height)
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
-        columns = fit_columns(width)
+        label_width = max((len(row.label) for row in view.requests if row.label), default=0)
+        columns = fit_columns(width, label_width)
         header = Text()
         for column in columns:
             marker = "▼" if column.sort_key == view.sort_key else ""
