@@ -47,29 +47,24 @@ def assert_sums(breakdown: WaitBreakdown, timings: dict) -> None:
 
 
 async def first_then_second(address: str, first: dict, second: dict, on_accepted=None):
-    """Send `first`, then (once accepted) `second`; both Completions and the accepted ids."""
+    """Send `first`, then at once `second`, on one connected client (so in that order);
+    their finished messages and engine request ids. `on_accepted(client, id)` runs when the
+    second is accepted, while it waits."""
     accepted: dict[str, str] = {}
     async with AsyncClient(address) as client:
+        await client.health()  # connected: the two sends below leave in order, at once
 
-        async def run(name: str, request: dict, after: asyncio.Event | None, done: asyncio.Event):
-            if after is not None:
-                await after.wait()
-            events = client.stream(**request)
+        async def run(name: str, request: dict):
             finished = None
-            async for event in events:
+            async for event in client.stream(**request):
                 if isinstance(event, Accepted):
                     accepted[name] = event.request_id
-                    done.set()
                     if on_accepted is not None and name == "second":
                         await on_accepted(client, event.request_id)
                 finished = event
             return finished
 
-        first_accepted, second_accepted = asyncio.Event(), asyncio.Event()
-        results = await asyncio.gather(
-            run("first", first, None, first_accepted),
-            run("second", second, first_accepted, second_accepted),
-        )
+        results = await asyncio.gather(run("first", first), run("second", second))
     return results, accepted
 
 
