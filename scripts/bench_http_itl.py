@@ -42,9 +42,11 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _start_daemon(args: argparse.Namespace, address: str, port: int, log_path: Path):
+def _start_daemon(
+    args: argparse.Namespace, address: str, port: int, log_path: Path, extra: tuple = ()
+):
     command = [sys.executable, "-m", "llmd.cli", "serve", "--address", address]
-    command += ["--http-port", str(port), "--max-queued-requests", "4096"]
+    command += ["--http-port", str(port), "--max-queued-requests", "4096", *extra]
     if args.model:
         command += ["--model", args.model]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}

@@ -80,6 +80,14 @@ Examples:
     help="Most client connections at once; more are refused with a log line.",
 )
 @click.option(
+    "--reserved-cpus",
+    type=int,
+    default=None,
+    show_default="1 when 2 or more cores are available",
+    help="CPU device: cores kept off the forward pass for the daemon's I/O, text and HTTP "
+    "work (0: no pinning).",
+)
+@click.option(
     "--slo-ttft-ms", type=float, default=None, help="Time-to-first-token target for goodput."
 )
 @click.option(
@@ -143,6 +151,7 @@ def serve(**kwargs: Any) -> None:
             max_queued_requests=kwargs["max_queued_requests"],
             max_message_bytes=kwargs["max_message_bytes"],
             max_connections=kwargs["max_connections"],
+            reserved_cpus=kwargs["reserved_cpus"],
             slo_ttft_ms=kwargs["slo_ttft_ms"],
             slo_tpot_ms=kwargs["slo_tpot_ms"],
             drain_timeout_s=kwargs["drain_timeout"],

@@ -6,6 +6,7 @@ is released, with the socket and pid files, however the daemon ends short of kil
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -15,6 +16,12 @@ import threading
 from typing import Any
 
 from llmd.config import EngineConfig
+from llmd.daemon.cpu_placement import (
+    CpuPlacement,
+    allowed_cpu_ids,
+    pin_current_thread,
+    plan_placement,
+)
 from llmd.daemon.instance_lock import InstanceLock
 from llmd.daemon.serve_options import ServeOptions
 from llmd.errors import InvalidParameterError
@@ -81,13 +88,21 @@ def run_serve(options: ServeOptions) -> None:
     try:
         check_can_listen(address)
         http_server = make_http_server(options, address)  # binds now: a busy port fails fast
+        placement = cpu_placement(options, engine_config)
+        if placement is not None:
+            pin_current_thread(placement.serving_cpu_ids)  # the HTTP process inherits it
         if http_server is not None:
             http_server.start()  # its own process, so it never competes for the engine's GIL
+        if placement is not None:
+            pin_current_thread(placement.forward_cpu_ids)  # load and warm up where it runs
+            if engine_config.num_threads is None and not os.environ.get("OMP_NUM_THREADS"):
+                num_threads = len(placement.forward_cpu_ids)
+                engine_config = dataclasses.replace(engine_config, num_threads=num_threads)
         from llmd.daemon.server import Daemon
         from llmd.llm_engine import LLMEngine
 
         engine = LLMEngine(engine_config)
-        daemon = Daemon(engine, options, address)
+        daemon = Daemon(engine, options, address, placement)
         daemon.bind()
         _drain_on_signals(daemon)
         if http_server is not None:
@@ -101,6 +116,25 @@ def run_serve(options: ServeOptions) -> None:
             http_server.stop()
         _restore(previous_handlers)
         lock.release()
+
+
+def cpu_placement(options: ServeOptions, engine_config: EngineConfig) -> CpuPlacement | None:
+    """The forward pass's and the serving threads' cores on the CPU device, else None."""
+    if options.reserved_cpus == 0:
+        return None
+    from llmd.runner.device import resolve_device
+
+    if resolve_device(engine_config.device).type != "cpu":
+        return None
+    placement = plan_placement(allowed_cpu_ids(), options.reserved_cpus)
+    if not placement.is_split:
+        return None
+    logger.info(
+        "forward pass pinned to cores %s; I/O, text and HTTP to cores %s (--reserved-cpus)",
+        list(placement.forward_cpu_ids),
+        list(placement.serving_cpu_ids),
+    )
+    return placement
 
 
 def make_http_server(options: ServeOptions, address: Address) -> Any:

@@ -36,6 +36,10 @@ class ServeOptions:
     max_connections: int | None = None
     """Most client connections at once; more are shut down with a log line (None: half the
     file descriptors free at start, after the soft limit is raised to the hard one)."""
+    reserved_cpus: int | None = None
+    """On the CPU device, cores kept off the forward pass for the I/O, text, tokenizer and
+    HTTP work, which then runs pinned to them while the forward pass's OpenMP team is
+    pinned to the rest (None: 1 when the daemon may use 2 or more cores; 0: no pinning)."""
     slo_ttft_ms: float | None = None
     """Time-to-first-token target for goodput (None: not enforced)."""
     slo_tpot_ms: float | None = None
@@ -64,6 +68,8 @@ class ServeOptions:
         _positive("max_message_bytes", self.max_message_bytes, integer=True)
         if self.max_connections is not None:
             _positive("max_connections", self.max_connections, integer=True)
+        if self.reserved_cpus is not None:
+            _positive("reserved_cpus", self.reserved_cpus, integer=True, allow_zero=True)
         for name in ("slo_ttft_ms", "slo_tpot_ms"):
             value = getattr(self, name)
             if value is not None:

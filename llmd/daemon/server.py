@@ -23,6 +23,7 @@ from llmd.daemon.connection_gate import (
     num_open_descriptors,
     raise_descriptor_limit,
 )
+from llmd.daemon.cpu_placement import CpuPlacement, pin_current_thread
 from llmd.daemon.engine_facts import engine_facts, serving_metrics
 from llmd.daemon.engine_loop import EngineLoop
 from llmd.daemon.keepalive import KeepaliveSchedule
@@ -83,10 +84,18 @@ LINGER_MS = 2_000
 class Daemon:
     """Serves one engine on one address until drained."""
 
-    def __init__(self, engine: Any, options: ServeOptions, address: Address) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        options: ServeOptions,
+        address: Address,
+        placement: CpuPlacement | None = None,
+    ) -> None:
         self.engine = engine
         self.options = options
         self.address = address
+        self.placement = placement
+        """Cores of the forward pass and of the other threads (None: not pinned)."""
         self.started_at = time.monotonic()
         self.instance_id = uuid.uuid4().hex[:16]
         """Random per start, in `accepted` and `health`: clients see a restart by it."""
@@ -177,7 +186,9 @@ class Daemon:
         if self._socket is None:
             self.bind()
         assert self._socket is not None and self.gate is not None  # bind() sets them
-        self.engine_loop.start()
+        self.engine_loop.start()  # inherits this thread's cores: the forward pass's, if pinned
+        if self.placement is not None:
+            pin_current_thread(self.placement.serving_cpu_ids)  # and the threads started next
         self.text_worker.start()
         self.gate.start()
         poller = zmq.Poller()
@@ -391,6 +402,7 @@ class Daemon:
             "max_queued_requests": self.options.max_queued_requests,
             "num_subscriptions": len(self.stats.subscriptions),
             "log_file": self.options.log_file,
+            "cpu_placement": None if self.placement is None else self.placement.to_dict(),
             "num_connections": None if self.gate is None else self.gate.num_connections,
             "max_connections": None if self.gate is None else self.gate.max_connections,
             "num_refused_connections": None if self.gate is None else self.gate.num_refused,

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -76,9 +77,12 @@ def wait_http_ready(url: str, process: subprocess.Popen | None = None) -> None:
 
 
 @contextlib.contextmanager
-def http_daemon(model_dir: Path, runtime: Path, args: list[str]) -> Iterator[ServedHttp]:
+def http_daemon(
+    model_dir: Path, runtime: Path, args: list[str], preexec_fn: Any = None
+) -> Iterator[ServedHttp]:
     """`llmd serve --http-port PORT` with `args` (DAEMON_ARGS or the like, with the run's
-    scheduling mode) on a free port, socket and log in `runtime`; drained on exit."""
+    scheduling mode) on a free port, socket and log in `runtime`; drained on exit.
+    `preexec_fn` runs in the child before it starts (to restrict its cores, say)."""
     address = f"ipc://{runtime / 'd.sock'}"
     port = free_tcp_port()
     log_path = runtime / "daemon.log"
@@ -86,7 +90,12 @@ def http_daemon(model_dir: Path, runtime: Path, args: list[str]) -> Iterator[Ser
     command += [*args, "--address", address, "--http-port", str(port)]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            command, env=daemon_env(runtime), cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log
+            command,
+            env=daemon_env(runtime),
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            preexec_fn=preexec_fn,
         )
     process.log_path = log_path  # type: ignore[attr-defined]
     try:

@@ -1,0 +1,167 @@
+#!/usr/bin/env python
+"""What the daemon adds to a decode step: served TPOT against the engine's own, same batch.
+
+For each --concurrency c, c requests (random --input-len token ids, --output-len tokens
+each, EOS ignored, greedy) start together: offline through `LLM.generate` in this
+process, then through a freshly started `llmd serve` (same model, same engine flags) over
+the ZeroMQ client and over HTTP SSE, alternating, --repeats times. A request's TPOT is
+(last token - first token) / (tokens - 1) as its client saw it; the figure per route is
+the median over requests, then over repeats. The ratio served / offline is the daemon's
+overhead per token at that batch (issue 20 asks for at most 1.10). The daemon's engine
+ITL over the same runs (its since-start histogram) tells a slower engine (its forward
+pass shares the cores with the daemon's threads) from slower delivery.
+
+    .venv/bin/python scripts/bench_daemon_overhead.py --model /tmp/smollm2-135m-random
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling scripts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+from bench_http_itl import _engine_itl, _free_port, _start_daemon
+
+from llmd.client import AsyncClient, Client, TokenDelta
+
+
+def _prompts(num: int, input_len: int, vocab_size: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(10, vocab_size) for _ in range(input_len)] for _ in range(num)]
+
+
+def _tpot(times: list[float], num_tokens: int) -> float:
+    """Seconds per output token after the first, from (first, last) token arrival times."""
+    return (times[-1] - times[0]) / max(1, num_tokens - 1)
+
+
+def _offline_tpot(llm, prompts: list[list[int]], params: dict) -> float:
+    from llmd.sampling_params import SamplingParams
+
+    outputs = llm.generate(prompts, SamplingParams(**params))
+    return statistics.median(o.metrics.tpot for o in outputs)
+
+
+async def _zmq_tpot(address: str, prompts: list[list[int]], params: dict) -> float:
+    async def one(client: AsyncClient, prompt: list[int]) -> float:
+        times, num_tokens = [], 0
+        async for event in client.stream(prompt_token_ids=prompt, params=params):
+            if isinstance(event, TokenDelta) and event.token_ids:
+                times.append(time.perf_counter())
+                num_tokens += len(event.token_ids)
+        return _tpot(times, len(times))
+
+    async with AsyncClient(address, timeout=120) as client:
+        return statistics.median(await asyncio.gather(*(one(client, p) for p in prompts)))
+
+
+async def _http_tpot(url: str, prompts: list[list[int]], params: dict) -> float:
+    async def one(client: httpx.AsyncClient, prompt: list[int]) -> float:
+        times = []
+        body = {"prompt": prompt, "stream": True, **params}
+        async with client.stream("POST", url, json=body) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if line.startswith("data: {"):
+                    chunk = json.loads(line[6:])
+                    if chunk["choices"] and chunk["choices"][0]["finish_reason"] is None:
+                        times.append(time.perf_counter())
+        return _tpot(times, len(times))
+
+    limits = httpx.Limits(max_connections=len(prompts) + 4)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        return statistics.median(await asyncio.gather(*(one(client, p) for p in prompts)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="Checkpoint with a tokenizer.")
+    parser.add_argument("--concurrency", default="1,4,16", help="Comma-separated batch sizes.")
+    parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--json", type=Path, default=None, help="Write the figures here.")
+    parser.add_argument(
+        "--daemon-args", default="", help="Extra `llmd serve` flags, e.g. '--reserved-cpus 0'."
+    )
+    args = parser.parse_args()
+    from llmd import LLM
+
+    params = {"max_tokens": args.output_len, "ignore_eos": True, "temperature": 0.0}
+    rows = []
+    with tempfile.TemporaryDirectory() as directory:
+        address = f"ipc://{Path(directory) / 'bench.sock'}"
+        port = _free_port()
+        daemon_args = argparse.Namespace(model=args.model)
+        extra = ["--dtype", args.dtype, "--max-model-len", "1024", *args.daemon_args.split()]
+        process = _start_daemon(daemon_args, address, port, Path(directory) / "d.log", extra)
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        try:
+            with Client(address) as client:
+                facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
+            placement = facts.get("cpu_placement")
+            # The baseline is the engine alone on the daemon's forward-pass cores.
+            forward_cpu_ids = placement["forward_cpu_ids"] if placement else None
+            if forward_cpu_ids:
+                os.sched_setaffinity(0, forward_cpu_ids)
+            num_threads = len(forward_cpu_ids) if forward_cpu_ids else None
+            llm = LLM(args.model, dtype=args.dtype, max_model_len=1024, num_threads=num_threads)
+            vocab_size = llm.tokenizer.vocab_size
+            print(f"daemon placement {placement}; offline threads {num_threads}", flush=True)
+            warm = _prompts(2, args.input_len, vocab_size, seed=0)
+            _offline_tpot(llm, warm, params)
+            asyncio.run(_zmq_tpot(address, warm, params))
+            asyncio.run(_http_tpot(url, warm, params))
+            for concurrency in (int(c) for c in args.concurrency.split(",")):
+                figures: dict[str, list[float]] = {"offline": [], "zmq": [], "http": []}
+                engine_itl = [0.0, 0]
+                for repeat in range(args.repeats):
+                    prompts = _prompts(concurrency, args.input_len, vocab_size, seed=repeat + 1)
+                    figures["offline"].append(_offline_tpot(llm, prompts, params))
+                    before = _engine_itl(address)
+                    figures["zmq"].append(asyncio.run(_zmq_tpot(address, prompts, params)))
+                    figures["http"].append(asyncio.run(_http_tpot(url, prompts, params)))
+                    after = _engine_itl(address)
+                    engine_itl[0] += after[0] - before[0]
+                    engine_itl[1] += after[1] - before[1]
+                ms = {route: 1000 * statistics.median(v) for route, v in figures.items()}
+                row = {
+                    "concurrency": concurrency,
+                    "offline_tpot_ms": round(ms["offline"], 2),
+                    "zmq_tpot_ms": round(ms["zmq"], 2),
+                    "http_tpot_ms": round(ms["http"], 2),
+                    "zmq_over_offline": round(ms["zmq"] / ms["offline"], 3),
+                    "http_over_offline": round(ms["http"] / ms["offline"], 3),
+                    "daemon_engine_itl_ms": round(1000 * engine_itl[0] / max(engine_itl[1], 1), 2),
+                    "runs_ms": {r: [round(1000 * x, 2) for x in v] for r, v in figures.items()},
+                }
+                rows.append(row)
+                print(
+                    f"c={concurrency:3d}: TPOT offline {ms['offline']:.2f} ms, zeromq "
+                    f"{ms['zmq']:.2f} ms ({row['zmq_over_offline']:.3f}x), http "
+                    f"{ms['http']:.2f} ms ({row['http_over_offline']:.3f}x); daemon engine ITL "
+                    f"{row['daemon_engine_itl_ms']:.2f} ms (median of {args.repeats})",
+                    flush=True,
+                )
+        finally:
+            process.terminate()
+            process.wait(60)
+    if args.json:
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": None}, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
