@@ -33,10 +33,11 @@ What it does, in order:
 
 vllm on a small CPU box (see vllm's CPU installation docs and vllm/platforms/cpu.py):
 VLLM_CPU_KVCACHE_SPACE is the KV cache in GiB (set from --kv-cache-gib, the same budget as
-llmd's --kv-cache-memory-gib); VLLM_CPU_OMP_THREADS_BIND pins the worker's OpenMP threads
-(set to the first --threads CPUs this process may use, the same count as llmd's
---num-threads; vllm's `auto` would reserve one of 2 cores for its API server and leave
-one thread: --vllm-omp-bind auto|nobind picks that or unpinned threads); LD_PRELOAD
+llmd's --kv-cache-memory-gib); VLLM_CPU_OMP_THREADS_BIND is left at vllm's `auto`, which
+keeps one core for its API server and pins the worker's OpenMP threads to the others, as
+llmd serve's default --reserved-cpus 1 does (with --threads N both are forced to N
+threads: vllm pinned to the first N CPUs, llmd --num-threads N --reserved-cpus 0;
+--vllm-omp-bind cores|auto|nobind picks vllm's binding by hand); LD_PRELOAD
 gets the venv's Intel OpenMP (libiomp5.so, installed with vllm-cpu) and TCMalloc when
 libtcmalloc_minimal.so.4 exists (apt-get install libtcmalloc-minimal4), as those docs
 ask; --max-model-len, --max-num-seqs and --max-num-batched-tokens are passed to both
@@ -238,12 +239,14 @@ def vllm_env(args: argparse.Namespace, venv: Path, server: bool) -> dict[str, st
         env["OMP_NUM_THREADS"] = "1"  # the bench client only tokenizes
         return env
     env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
-    if args.vllm_omp_bind == "cores":  # one OpenMP thread pinned on each of the first N CPUs
-        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, allowed_cpus()[: args.threads]))
+    bind = args.vllm_omp_bind or ("auto" if args.threads is None else "cores")
+    threads = args.threads or len(allowed_cpus())
+    if bind == "cores":  # one OpenMP thread pinned on each of the first N CPUs
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, allowed_cpus()[:threads]))
     else:  # auto: vllm picks (reserves a core for its API server); nobind: OS-scheduled
-        env["VLLM_CPU_OMP_THREADS_BIND"] = args.vllm_omp_bind
-        if args.vllm_omp_bind == "nobind":
-            env["OMP_NUM_THREADS"] = str(args.threads)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        if bind == "nobind":
+            env["OMP_NUM_THREADS"] = str(threads)
     if not args.no_preload:
         preload = []
         for candidate in ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
@@ -278,7 +281,9 @@ def llmd_command(args: argparse.Namespace, port: int, socket_path: Path) -> list
     return [
         str(args.llmd_python), "-m", "llmd.cli", "serve", "--model", str(args.model),
         "--served-model-name", SERVED_MODEL, "--dtype", args.dtype,
-        "--num-threads", str(args.threads), "--kv-cache-memory-gib", str(args.kv_cache_gib),
+        *([] if args.threads is None else
+          ["--num-threads", str(args.threads), "--reserved-cpus", "0"]),
+        "--kv-cache-memory-gib", str(args.kv_cache_gib),
         "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens),
         "--address", f"ipc://{socket_path}", "--http-host", "127.0.0.1",
@@ -591,17 +596,21 @@ def build_parser() -> argparse.ArgumentParser:
     add("--slo-tpot-ms", type=float, default=150.0, help="goodput SLO: time per output token")
     add("--num-warmups", type=int, default=2, help="vllm bench warm-up requests per run")
     add("--seed", type=int, default=0, help="run i of the schedule uses seed + i")
-    add("--threads", type=int, default=len(allowed_cpus()),
-        help="compute threads of each server (llmd --num-threads, vllm OMP binding)")
+    add("--threads", type=int, default=None,
+        help="compute threads of both servers, forced (llmd --num-threads N --reserved-cpus "
+             "0; vllm pinned on the first N CPUs); default: each server's own CPU default "
+             "(vllm: VLLM_CPU_OMP_THREADS_BIND=auto, one core kept for its API server; llmd: "
+             "--reserved-cpus 1, the forward pass pinned to the other cores)")
     add("--kv-cache-gib", type=int, default=1,
         help="KV cache of each server (VLLM_CPU_KVCACHE_SPACE, llmd --kv-cache-memory-gib)")
     add("--max-model-len", type=int, default=512, help="context limit of both servers")
     add("--max-num-seqs", type=int, default=256, help="sequences per step, both servers")
     add("--max-num-batched-tokens", type=int, default=2048, help="tokens per step, both servers")
-    add("--vllm-omp-bind", choices=("cores", "auto", "nobind"), default="cores",
+    add("--vllm-omp-bind", choices=("cores", "auto", "nobind"), default=None,
         help="vllm's OpenMP threads: pinned one per CPU on the first --threads CPUs "
              "(VLLM_CPU_OMP_THREADS_BIND=0,1,..), vllm's own choice (auto), or unpinned "
-             "with OMP_NUM_THREADS=--threads (nobind)")
+             "with OMP_NUM_THREADS=--threads (nobind); default: cores with --threads, "
+             "else auto")
     add("--no-prefix-caching", action="store_true",
         help="turn prefix caching off on both servers (vllm bench's start-up test and "
              "warm-up requests resend each run's first prompt, which the cache then serves)")
@@ -643,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
     servers = [name.strip() for name in args.servers.split(",") if name.strip()]
     if not servers or set(servers) - {"vllm", "llmd"}:
         raise SystemExit(f"--servers takes vllm and/or llmd, got {args.servers!r}")
-    if not 1 <= args.threads <= len(allowed_cpus()):
+    if args.threads is not None and not 1 <= args.threads <= len(allowed_cpus()):
         raise SystemExit(f"--threads must be 1..{len(allowed_cpus())}")
     if args.input_len + args.output_len > args.max_model_len:
         raise SystemExit("--input-len + --output-len must fit --max-model-len")
@@ -673,7 +682,8 @@ def main(argv: list[str] | None = None) -> int:
     print(render_table(summary["servers"], summary["ratios_llmd_over_vllm"]))
     print(f"SLO: TTFT <= {args.slo_ttft_ms:g} ms, TPOT <= {args.slo_tpot_ms:g} ms; "
           f"{args.input_len} in / {args.output_len} out tokens; {args.dtype}; "
-          f"{args.threads} threads; wall {summary['wall_s']:.0f} s")
+          f"threads: {args.threads or 'each server default'}; "
+          f"wall {summary['wall_s']:.0f} s")
     for row in summary["ratios_llmd_over_vllm"]:
         print(f"rate {rate_text(row['rate_rps'])}: {row['identical_outputs']} of "
               f"{row['compared_outputs']} greedy outputs identical between the servers")
