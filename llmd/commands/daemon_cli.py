@@ -88,6 +88,14 @@ Examples:
     "work (0: no pinning).",
 )
 @click.option(
+    "--admission",
+    type=click.Choice(["queue", "slo"]),
+    default="queue",
+    show_default=True,
+    help="queue: every request waits its turn; slo: refuse at once (429, overloaded) a "
+    "request that could not start within --slo-ttft-ms at the measured prefill rate.",
+)
+@click.option(
     "--slo-ttft-ms", type=float, default=None, help="Time-to-first-token target for goodput."
 )
 @click.option(
@@ -152,6 +160,7 @@ def serve(**kwargs: Any) -> None:
             max_message_bytes=kwargs["max_message_bytes"],
             max_connections=kwargs["max_connections"],
             reserved_cpus=kwargs["reserved_cpus"],
+            admission=kwargs["admission"],
             slo_ttft_ms=kwargs["slo_ttft_ms"],
             slo_tpot_ms=kwargs["slo_tpot_ms"],
             drain_timeout_s=kwargs["drain_timeout"],

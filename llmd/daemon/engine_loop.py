@@ -7,6 +7,7 @@ messages, so the device never waits for tokenizers or sockets.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmd.daemon.admission import Admission
 from llmd.daemon.engine_state import collect_engine_state
 from llmd.daemon.thread_names import name_os_thread
 from llmd.engine.request import FinishReason, Request
@@ -117,9 +119,12 @@ class EngineLoop:
         metrics: Any,
         on_batch: Callable[[EngineBatch], None],
         on_death: Callable[[str], None],
+        admission: Admission | None = None,
     ) -> None:
         self.engine = engine
         self.metrics = metrics
+        self.admission = admission
+        """Refuses, with --admission slo, what could not start within the TTFT target."""
         self._on_batch = on_batch
         self._on_death = on_death
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
@@ -203,6 +208,10 @@ class EngineLoop:
     def _apply(self, command: Any, batch: EngineBatch) -> None:
         engine = self.engine
         if isinstance(command, AddCommand):
+            refusal = self._refusal(command)
+            if refusal is not None:
+                batch.rejected.append((command.request_id, refusal))
+                return
             try:
                 request = engine.add_request(
                     command.prompt_token_ids,
@@ -247,6 +256,15 @@ class EngineLoop:
         else:
             raise TypeError(f"unknown engine command {command!r}")
 
+    def _refusal(self, command: AddCommand) -> LLMDError | None:
+        """Admission's refusal of a new request, or None (always None without a policy)."""
+        if self.admission is None:
+            return None
+        scheduler = self.engine.scheduler
+        queued = itertools.chain(scheduler.waiting, scheduler.running)
+        waited_s = time.monotonic() - command.arrival_time
+        return self.admission.check(queued, len(command.prompt_token_ids), waited_s)
+
     def _ended(self, request: Request | None, batch: EngineBatch) -> None:
         if request is not None:
             batch.ended.append(request)
@@ -283,6 +301,8 @@ class EngineLoop:
         device_gap = getattr(stats, "device_gap_s", None)
         gap = idle_gap if device_gap is None else device_gap
         self.metrics.record_step(stats, num_generated, gap)
+        if self.admission is not None:
+            self.admission.observe_step(stats.num_prefill_tokens, stats.total_s)
         if stats.num_prefill_tokens:
             for request in self.engine.scheduler.running:
                 computed, num_prompt = request.num_computed_tokens, request.num_prompt_tokens

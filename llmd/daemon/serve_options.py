@@ -15,6 +15,7 @@ from llmd.errors import InvalidParameterError, require
 from llmd.protocol.codec import DEFAULT_MAX_MESSAGE_BYTES
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+ADMISSION_POLICIES = ("queue", "slo")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class ServeOptions:
     """On the CPU device, cores kept off the forward pass for the I/O, text, tokenizer and
     HTTP work, which then runs pinned to them while the forward pass's OpenMP team is
     pinned to the rest (None: 1 when the daemon may use 2 or more cores; 0: no pinning)."""
+    admission: str = "queue"
+    """`queue`: every request under max_queued_requests waits its turn; `slo`: one that could
+    not start within slo_ttft_ms (its prefill behind the prefill work queued ahead, at the
+    rate recent steps achieved) is refused at once with `overloaded` (HTTP 429)."""
     slo_ttft_ms: float | None = None
     """Time-to-first-token target for goodput (None: not enforced)."""
     slo_tpot_ms: float | None = None
@@ -77,6 +82,16 @@ class ServeOptions:
         _positive("drain_timeout_s", self.drain_timeout_s, allow_zero=True)
         _positive("metrics_window_s", self.metrics_window_s)
         _positive("ready_timeout_s", self.ready_timeout_s)
+        require(
+            self.admission in ADMISSION_POLICIES,
+            "admission",
+            f"must be one of {ADMISSION_POLICIES}, got {self.admission!r}",
+        )
+        require(
+            self.admission != "slo" or self.slo_ttft_ms is not None,
+            "admission",
+            "admission 'slo' needs a TTFT target (--slo-ttft-ms)",
+        )
         require(self.log_level in LOG_LEVELS, "log_level", f"must be one of {LOG_LEVELS}")
         _positive("http_port", self.http_port, integer=True)
         require(self.http_port < 65536, "http_port", f"must be below 65536, got {self.http_port}")

@@ -17,6 +17,7 @@ from typing import Any
 import zmq
 
 from llmd import __version__
+from llmd.daemon.admission import Admission
 from llmd.daemon.connection_gate import (
     ConnectionGate,
     default_max_connections,
@@ -101,8 +102,15 @@ class Daemon:
         """Random per start, in `accepted` and `health`: clients see a restart by it."""
         self.metrics = serving_metrics(engine, options)
         self.outbox = Outbox()
+        admission = None
+        if options.admission == "slo" and options.slo_ttft_ms is not None:
+            admission = Admission(options.slo_ttft_ms / 1000)
         self.engine_loop = EngineLoop(
-            engine, self.metrics, self._on_engine_batch, lambda m: self.outbox.post(EngineDied(m))
+            engine,
+            self.metrics,
+            self._on_engine_batch,
+            lambda m: self.outbox.post(EngineDied(m)),
+            admission,
         )
         self.text_worker = TextWorker(
             engine, self.engine_loop, self.outbox, self.metrics, self.instance_id
@@ -403,6 +411,10 @@ class Daemon:
             "num_subscriptions": len(self.stats.subscriptions),
             "log_file": self.options.log_file,
             "cpu_placement": None if self.placement is None else self.placement.to_dict(),
+            "admission": self.options.admission,
+            "num_refused_by_admission": (
+                0 if self.engine_loop.admission is None else self.engine_loop.admission.num_refused
+            ),
             "num_connections": None if self.gate is None else self.gate.num_connections,
             "max_connections": None if self.gate is None else self.gate.max_connections,
             "num_refused_connections": None if self.gate is None else self.gate.num_refused,
