@@ -21,7 +21,11 @@ TIMING_NAMES = ("queue", "prefill", "ttft", "decode", "tpot", "e2e")
 
 
 def finished_message(
-    live: LiveRequest, request: Request, metrics: RequestMetrics, reason: str, stop_reason
+    live: LiveRequest,
+    request: Request,
+    metrics: RequestMetrics,
+    reason: str,
+    stop_reason: int | str | None,
 ) -> Finished:
     """The `finished` message of a request that ended (not by an error)."""
     return Finished(

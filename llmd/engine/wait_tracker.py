@@ -131,7 +131,9 @@ class WaitTracker:
             seconds[self._reason] += max(0.0, now - self._since)
         return seconds
 
-    def _open(self, request: Request, started_at: float, is_preempted: bool, now: float):
+    def _open(
+        self, request: Request, started_at: float, is_preempted: bool, now: float
+    ) -> WaitSpell:
         spell = WaitSpell(started_at, is_preempted, self._clock_at(now), dict(self._clock_steps))
         request.waits.spell = spell
         return spell
