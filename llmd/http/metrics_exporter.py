@@ -18,6 +18,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from llmd.wait_breakdown import WAIT_REASONS
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 FINISH_REASONS = ("stop", "length", "abort", "error")
 """Always exported (at zero until they happen), so rate() works from the first scrape."""
@@ -82,6 +84,16 @@ class SnapshotCollector(Collector):
         for reason in sorted(set(FINISH_REASONS) | set(finished)):
             success.add_metric([*model, reason], finished.get(reason, 0))
         yield success
+        wait_s = self.snapshot.get("totals", {}).get("wait_s")
+        if wait_s is not None:
+            waits = CounterMetricFamily(
+                self.prefix + "request_wait_seconds",
+                "Seconds finished requests waited for admission, by wait reason.",
+                labels=[*labels, "reason"],
+            )
+            for reason in WAIT_REASONS:
+                waits.add_metric([*model, reason], wait_s.get(reason, 0.0))
+            yield waits
         histograms = self.snapshot.get("histograms", {})
         for key, name, doc in _HISTOGRAMS:
             data = histograms.get(key)

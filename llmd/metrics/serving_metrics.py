@@ -16,6 +16,7 @@ from llmd.metrics.goodput import GoodputTracker
 from llmd.metrics.histogram import SlidingHistogram
 from llmd.metrics.rate import RateMeter
 from llmd.metrics.roofline import ModelCost
+from llmd.wait_breakdown import WAIT_REASONS
 
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
 STEP_PHASES = ("schedule", "prepare", "forward", "sample", "idle_gap")
@@ -76,6 +77,8 @@ class ServingMetrics:
         """Sequences summed over all steps (divided by steps: the mean batch size)."""
         self.num_preemptions = 0
         self.finish_counts: dict[str, int] = {}
+        self.wait_seconds = dict.fromkeys(WAIT_REASONS, 0.0)
+        """Seconds finished requests (aborted ones too) waited for admission, per reason."""
 
     def record_step(self, stats: Any, num_generated_tokens: int, idle_gap_s: float) -> None:
         """Record one engine step (a StepStats), the tokens it sampled, and the gap before it."""
@@ -111,6 +114,8 @@ class ServingMetrics:
         with self._lock:
             self.finish_counts[finish_reason] = self.finish_counts.get(finish_reason, 0) + 1
             self._finished_requests.add(1, now)
+            for reason, seconds in metrics.waits.wait_s.items():
+                self.wait_seconds[reason] = self.wait_seconds.get(reason, 0.0) + seconds
             if finish_reason not in COMPLETED_REASONS:
                 return
             values = {
@@ -197,6 +202,7 @@ class ServingMetrics:
                     "prefill_flops": self._prefill_flops.lifetime_total,
                     "prefill_seconds": self._prefill_seconds.lifetime_total,
                     "finished": dict(self.finish_counts),
+                    "wait_s": dict(self.wait_seconds),
                 },
                 "histograms": {name: h.to_dict() for name, h in self._lifetime.items()},
             }

@@ -87,6 +87,13 @@ def test_metrics_render_of_a_dead_engine_snapshot_has_no_queue_gauges():
     assert "num_requests_running" not in text
 
 
+def test_metrics_render_the_wait_seconds_by_reason():
+    wait_s = {"queue": 0.5, "kv_blocks": 3.0}
+    text = render({"daemon": {"model": "m"}, "totals": {"wait_s": wait_s}}).decode()
+    assert 'llmd:request_wait_seconds_total{model_name="m",reason="kv_blocks"} 3.0' in text
+    assert 'llmd:request_wait_seconds_total{model_name="m",reason="token_budget"} 0.0' in text
+
+
 def test_serve_options_keep_the_api_key_off_the_command_line():
     options = ServeOptions(api_key="s3cret", http_port=9000)
     assert "s3cret" not in options.to_json() and "s3cret" not in repr(options)

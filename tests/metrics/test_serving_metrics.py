@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from llmd.engine.step_stats import StepStats
@@ -9,6 +11,7 @@ from llmd.metrics import ServingMetrics
 from llmd.metrics.device_peaks import device_peaks
 from llmd.metrics.roofline import ModelCost
 from llmd.outputs import RequestMetrics
+from llmd.wait_breakdown import WAIT_REASONS, WaitBreakdown
 
 
 class FakeClock:
@@ -104,6 +107,20 @@ def test_requests_feed_latency_and_goodput_only_when_completed():
     assert snapshot["totals"]["finished"] == {"length": 1, "stop": 1, "abort": 1}
     clock.now += 11
     assert metrics.snapshot()["latency"]["ttft"]["count"] == 0
+
+
+def test_wait_seconds_add_up_per_reason_over_every_finished_request():
+    metrics = ServingMetrics(window_s=10, clock=FakeClock())
+    waits = {"queue": 0.25, "kv_blocks": 1.5}
+    for reason, extra in (("length", {}), ("abort", {"max_num_seqs": 2.0})):
+        breakdown = WaitBreakdown(wait_s={**dict.fromkeys(WAIT_REASONS, 0.0), **waits, **extra})
+        metrics.record_request(
+            dataclasses.replace(_request_metrics(0.05, 0.01), waits=breakdown), reason
+        )
+    assert metrics.snapshot()["totals"]["wait_s"] == {
+        "queue": 0.5, "kv_blocks": 3.0, "max_num_seqs": 2.0, "token_budget": 0.0,
+        "preempted": 0.0,
+    }  # fmt: skip
 
 
 def test_empty_snapshot_has_no_division_by_zero():
