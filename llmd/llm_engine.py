@@ -232,6 +232,16 @@ class LLMEngine:
             request_id, reason, stop_reason, num_output_tokens=num_output_tokens
         )
 
+    def reset_after_warmup(self) -> None:
+        """Forget a finished warm-up: every block free, no cached prefix, counters at zero."""
+        if self.has_unfinished_requests():
+            raise RuntimeError("reset_after_warmup while requests are unfinished")
+        self.block_manager.rebuild()
+        self.block_manager.reset_counters()
+        self.scheduler.reset_counters()
+        self.num_integrity_errors = 0
+        self.started_at = time.monotonic()
+
     def has_unfinished_requests(self) -> bool:
         """True while any request waits or runs, or a launched step is still to be applied."""
         if self._async_stepper is not None and self._async_stepper.has_in_flight:

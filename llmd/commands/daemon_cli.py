@@ -138,6 +138,11 @@ Examples:
 @click.option("--http-port", type=int, default=8000, show_default=True, help="HTTP API port.")
 @click.option("--no-http", is_flag=True, help="Do not serve the HTTP API.")
 @click.option(
+    "--no-warmup",
+    is_flag=True,
+    help="Report healthy without first running the warm-up workload on the engine.",
+)
+@click.option(
     "--api-key",
     envvar="LLMD_API_KEY",
     default=None,
@@ -168,6 +173,7 @@ def serve(**kwargs: Any) -> None:
             ready_timeout_s=kwargs["ready_timeout"],
             log_level=kwargs["log_level"],
             is_http_enabled=not kwargs["no_http"],
+            is_warmup_enabled=not kwargs["no_warmup"],
             http_host=kwargs["http_host"],
             http_port=kwargs["http_port"],
             api_key=kwargs["api_key"],

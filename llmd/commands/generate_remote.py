@@ -41,7 +41,9 @@ def find_daemon(address: str | None) -> Any | None:
         return None
     client = Client(address, timeout=PROBE_TIMEOUT_S)
     try:
-        is_healthy = bool(client.health().get("is_healthy"))
+        health = client.health()
+        # A warming daemon queues requests and serves them when ready: use it.
+        is_healthy = bool(health.get("is_healthy")) or health.get("status") == "warming"
     except DaemonNotRunningError:
         is_healthy = False
     if not is_healthy:

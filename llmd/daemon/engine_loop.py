@@ -24,6 +24,7 @@ from llmd.engine.request import FinishReason, Request
 from llmd.errors import LLMDError
 from llmd.outputs import TokenLogprob
 from llmd.sampling_params import SamplingParams
+from llmd.warmup import WarmupReport, warm_up
 
 logger = logging.getLogger(__name__)
 
@@ -120,11 +121,14 @@ class EngineLoop:
         on_batch: Callable[[EngineBatch], None],
         on_death: Callable[[str], None],
         admission: Admission | None = None,
+        on_warm: Callable[[WarmupReport], None] | None = None,
     ) -> None:
         self.engine = engine
         self.metrics = metrics
         self.admission = admission
         """Refuses, with --admission slo, what could not start within the TTFT target."""
+        self._on_warm = on_warm
+        """Given: the thread first runs the warm-up (`llmd.warmup`), then reports it here."""
         self._on_batch = on_batch
         self._on_death = on_death
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
@@ -157,11 +161,17 @@ class EngineLoop:
     def _run(self) -> None:
         name_os_thread("llmd-engine")  # torch's OpenMP workers, started from here, inherit it
         try:
+            if self._on_warm is not None:  # on this thread: its OpenMP team, its malloc arena
+                self._on_warm(warm_up(self.engine, self._on_warmup_step))
             self._loop()
         except BaseException as error:  # anything escaping the loop kills the engine
             logger.exception("engine thread died")
             self.dead_error = f"{type(error).__name__}: {error}"
             self._on_death(self.dead_error)
+
+    def _on_warmup_step(self, stats: Any) -> None:
+        if self.admission is not None:  # admission starts with a measured prefill rate
+            self.admission.observe_step(stats.num_prefill_tokens, stats.total_s)
 
     def _loop(self) -> None:
         engine = self.engine

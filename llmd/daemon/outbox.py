@@ -41,6 +41,13 @@ class EngineDied:
 
 
 @dataclass(frozen=True)
+class EngineWarm:
+    """The engine thread finished its warm-up: the daemon is ready."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
 class ConnectionClosed:
     """Some client connection closed (seen by the connection gate's thread)."""
 

@@ -56,6 +56,9 @@ class ServeOptions:
     ready_timeout_s: float = 600.0
     """With --detach, how long the parent waits for the daemon to become healthy."""
     log_level: str = "info"
+    is_warmup_enabled: bool = True
+    """Run the warm-up workload on the engine thread before reporting healthy (`--no-warmup`
+    skips it): the first minute of serving is then as fast as the tenth."""
     is_http_enabled: bool = True
     """Also serve the OpenAI-compatible HTTP API (`--no-http` turns it off)."""
     http_host: str = "127.0.0.1"

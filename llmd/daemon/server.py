@@ -29,7 +29,15 @@ from llmd.daemon.engine_facts import engine_facts, serving_metrics
 from llmd.daemon.engine_loop import EngineLoop
 from llmd.daemon.keepalive import KeepaliveSchedule
 from llmd.daemon.listener import Listener
-from llmd.daemon.outbox import ConnectionClosed, Drain, EngineDied, Outbox, Send, SnapshotReady
+from llmd.daemon.outbox import (
+    ConnectionClosed,
+    Drain,
+    EngineDied,
+    EngineWarm,
+    Outbox,
+    Send,
+    SnapshotReady,
+)
 from llmd.daemon.routes import RouteTable
 from llmd.daemon.serve_options import ServeOptions
 from llmd.daemon.stats_publisher import StatsPublisher
@@ -111,6 +119,9 @@ class Daemon:
             self._on_engine_batch,
             lambda m: self.outbox.post(EngineDied(m)),
             admission,
+            (lambda report: self.outbox.post(EngineWarm(report.seconds)))
+            if options.is_warmup_enabled
+            else None,
         )
         self.text_worker = TextWorker(
             engine, self.engine_loop, self.outbox, self.metrics, self.instance_id
@@ -124,7 +135,8 @@ class Daemon:
             self._daemon_facts,
             self._send,
         )
-        self.state = "ok"
+        self.state = "warming" if options.is_warmup_enabled else "ok"
+        """warming (until the engine's warm-up ends), ok, draining or dead."""
         self.dead_message: str | None = None
         self._gone_peers: set[bytes] = set()
         self._keepalives = KeepaliveSchedule()
@@ -342,6 +354,10 @@ class Daemon:
             self._on_engine_death(item.message)
         elif isinstance(item, Drain):
             self._on_drain(item)
+        elif isinstance(item, EngineWarm):
+            if self.state == "warming":
+                self.state = "ok"
+            logger.info("ready (warm-up took %.1f s)", item.seconds)
         elif isinstance(item, ConnectionClosed):
             self._is_close_posted = False
             self._keepalives.on_disconnect()  # a connection closed: find whose, now

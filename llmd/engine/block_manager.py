@@ -78,6 +78,11 @@ class BlockManager:
         self.num_used_blocks = 0
         """Blocks with a nonzero ref count, counted at each 0 <-> 1 transition."""
 
+    def reset_counters(self) -> None:
+        """Zero the prefix-cache lookup counters (after a warm-up, say)."""
+        self.num_prefix_query_tokens = 0
+        self.num_prefix_hit_tokens = 0
+
     # ----------------------------------------------------------------- queries
 
     def usage(self) -> BlockUsage:

@@ -42,6 +42,11 @@ class Scheduler:
         """Why each waiting request waits, step by step (read by metrics and stats)."""
         self._admission_headroom = int(block_manager.num_blocks * ADMISSION_HEADROOM_FRACTION)
 
+    def reset_counters(self) -> None:
+        """Zero the preemption count and forget wait history (after a warm-up, say)."""
+        self.num_preemptions = 0
+        self.wait_tracker = WaitTracker()
+
     # ------------------------------------------------------------ admission
 
     def add_request(self, request: Request, now: float | None = None) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from llmd.protocol.schema import WireMessage
 
 FINISH_REASONS = ("stop", "length", "abort", "error")
-HEALTH_STATES = ("ok", "draining", "dead")
+HEALTH_STATES = ("warming", "ok", "draining", "dead")
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,9 @@ def inprocess_daemon(model_dir: Path, address: str, **kwargs: Any) -> Iterator[A
     daemon.bind()
     thread = threading.Thread(target=daemon.serve_forever, daemon=True)
     thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while daemon.state == "warming" and time.monotonic() < deadline:
+        time.sleep(0.01)  # tests patch the engine after the warm-up's own steps
     try:
         yield daemon
     finally:
