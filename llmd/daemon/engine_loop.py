@@ -273,7 +273,8 @@ class EngineLoop:
         scheduler = self.engine.scheduler
         queued = itertools.chain(scheduler.waiting, scheduler.running)
         waited_s = time.monotonic() - command.arrival_time
-        return self.admission.check(queued, len(command.prompt_token_ids), waited_s)
+        num_running = len(scheduler.running)
+        return self.admission.check(queued, len(command.prompt_token_ids), waited_s, num_running)
 
     def _ended(self, request: Request | None, batch: EngineBatch) -> None:
         if request is not None:
@@ -312,7 +313,9 @@ class EngineLoop:
         gap = idle_gap if device_gap is None else device_gap
         self.metrics.record_step(stats, num_generated, gap)
         if self.admission is not None:
-            self.admission.observe_step(stats.num_prefill_tokens, stats.total_s)
+            self.admission.observe_step(
+                stats.num_prefill_tokens, stats.total_s, stats.num_decode_seqs
+            )
         if stats.num_prefill_tokens:
             for request in self.engine.scheduler.running:
                 computed, num_prompt = request.num_computed_tokens, request.num_prompt_tokens

@@ -16,16 +16,11 @@ from typing import Any
 
 import zmq
 
-from llmd import __version__
 from llmd.daemon.admission import Admission
-from llmd.daemon.connection_gate import (
-    ConnectionGate,
-    default_max_connections,
-    num_open_descriptors,
-    raise_descriptor_limit,
-)
+from llmd.daemon.connection_gate import ConnectionGate
 from llmd.daemon.cpu_placement import CpuPlacement, pin_current_thread
-from llmd.daemon.engine_facts import engine_facts, serving_metrics
+from llmd.daemon.daemon_status import daemon_facts, health_reply
+from llmd.daemon.engine_facts import serving_metrics
 from llmd.daemon.engine_loop import EngineLoop
 from llmd.daemon.keepalive import KeepaliveSchedule
 from llmd.daemon.listener import Listener
@@ -38,27 +33,25 @@ from llmd.daemon.outbox import (
     Send,
     SnapshotReady,
 )
+from llmd.daemon.router_socket import LINGER_MS, bind_router
 from llmd.daemon.routes import RouteTable
 from llmd.daemon.serve_options import ServeOptions
 from llmd.daemon.stats_publisher import StatsPublisher
 from llmd.daemon.text_worker import AbortJob, NewRequest, TextWorker
 from llmd.errors import (
     EngineDeadError,
-    InvalidParameterError,
     LLMDError,
     OverloadedError,
     ShuttingDownError,
 )
 from llmd.protocol import (
     CLIENT_MESSAGE_TYPES,
-    PROTOCOL_VERSION,
     AbortRequest,
     Ack,
     Address,
     DuplicateRequestIdError,
     ErrorReply,
     GenerateRequest,
-    HealthReply,
     HealthRequest,
     Keepalive,
     ProtocolError,
@@ -82,12 +75,6 @@ POLL_INTERVAL_MS = 100
 MAX_MESSAGES_PER_WAKE = 256
 FORCED_STOP_GRACE_S = 5.0
 """After aborting everything, how long to wait for the aborts' replies before exiting."""
-SEND_HIGH_WATER_MARK = 100_000
-"""Messages queued per peer before a send fails and the peer is treated as gone."""
-HEARTBEAT_IVL_MS = 2_000
-HEARTBEAT_TIMEOUT_MS = 6_000
-"""ZMTP heartbeats drop a connection whose peer machine stopped answering."""
-LINGER_MS = 2_000
 
 
 class Daemon:
@@ -112,7 +99,8 @@ class Daemon:
         self.outbox = Outbox()
         admission = None
         if options.admission == "slo" and options.slo_ttft_ms is not None:
-            admission = Admission(options.slo_ttft_ms / 1000)
+            tpot_s = None if options.slo_tpot_ms is None else options.slo_tpot_ms / 1000
+            admission = Admission(options.slo_ttft_ms / 1000, tpot_s)
         self.engine_loop = EngineLoop(
             engine,
             self.metrics,
@@ -132,7 +120,7 @@ class Daemon:
             self.outbox,
             self.routes,
             self.metrics,
-            self._daemon_facts,
+            lambda: daemon_facts(self),
             self._send,
         )
         self.state = "warming" if options.is_warmup_enabled else "ok"
@@ -159,43 +147,10 @@ class Daemon:
 
     def bind(self) -> None:
         """Create the ROUTER socket and bind it to llmd's own listening socket (`Listener`)."""
-        socket = self._context.socket(zmq.ROUTER)
-        socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        # zmq drops larger messages (and that peer's connection) before they reach us; up to
-        # this size a message is read and refused with a typed error.
-        socket.setsockopt(zmq.MAXMSGSIZE, 2 * self.options.max_message_bytes)
-        socket.setsockopt(zmq.SNDHWM, SEND_HIGH_WATER_MARK)
-        socket.setsockopt(zmq.LINGER, LINGER_MS)
-        socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
-        socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
-        descriptor_limit = raise_descriptor_limit()
-        max_connections = self.options.max_connections or default_max_connections(
-            descriptor_limit, num_open_descriptors()
-        )
-        try:
-            listener = Listener(self.address)
-        except InvalidParameterError:
-            socket.close(linger=0)
-            raise
-        gate = ConnectionGate(socket, listener, max_connections, self._on_connection_closed)
-        socket.setsockopt(zmq.USE_FD, listener.fd)
-        try:
-            socket.bind(str(self.address))
-        except zmq.ZMQError as error:
-            gate.close()
-            socket.close(linger=0)
-            listener.close()
-            message = f"cannot listen on {self.address}: {error}"
-            raise InvalidParameterError(message, "address") from None
-        listener.hand_over()
-        logger.info(
-            "descriptor limit %d: accepting at most %d connections",
-            descriptor_limit,
-            max_connections,
-        )
-        self._socket = socket
-        self._listener = listener
-        self.gate = gate
+        bound = bind_router(self._context, self.options, self.address, self._on_connection_closed)
+        self._socket = bound.socket
+        self._listener = bound.listener
+        self.gate = bound.gate
 
     def request_drain(self, now: bool = False, timeout_s: float | None = None) -> None:
         """Begin a graceful (or immediate) shutdown; safe from any thread or signal handler."""
@@ -303,7 +258,7 @@ class Daemon:
             self.stats.unsubscribe(peer, message.id)
             self._send_message(peer, Ack(message.id, "unsubscribed"))
         elif isinstance(message, HealthRequest):
-            self._send_message(peer, self._health(peer, message))
+            self._send_message(peer, health_reply(self, peer, message))
         elif isinstance(message, ShutdownRequest):
             self._send_message(peer, Ack(message.id, "draining"))
             self._on_drain(Drain(message.now, message.timeout_s, (peer, message.id)))
@@ -409,56 +364,6 @@ class Daemon:
         self.routes.release(key)
         if key[0] in self._gone_peers and not self.routes.has_peer(key[0]):
             self._gone_peers.discard(key[0])
-
-    # ---------------------------------------------------------------- stats
-
-    def _daemon_facts(self) -> dict[str, Any]:
-        """The "daemon" section of a stats snapshot."""
-        return {
-            **engine_facts(self.engine),
-            "pid": os.getpid(),
-            "address": str(self.address),
-            "instance_id": self.instance_id,
-            "state": self.state,
-            "error": self.dead_message,
-            "uptime_s": time.monotonic() - self.started_at,
-            "num_in_flight": len(self.routes),
-            "max_queued_requests": self.options.max_queued_requests,
-            "num_subscriptions": len(self.stats.subscriptions),
-            "log_file": self.options.log_file,
-            "cpu_placement": None if self.placement is None else self.placement.to_dict(),
-            "admission": self.options.admission,
-            "num_refused_by_admission": (
-                0 if self.engine_loop.admission is None else self.engine_loop.admission.num_refused
-            ),
-            "num_connections": None if self.gate is None else self.gate.num_connections,
-            "max_connections": None if self.gate is None else self.gate.max_connections,
-            "num_refused_connections": None if self.gate is None else self.gate.num_refused,
-        }
-
-    def _health(self, peer: bytes, request: HealthRequest) -> HealthReply:
-        unknown = [
-            request_id
-            for request_id in request.request_ids or ()
-            if self.routes.engine_id(peer, request_id) is None
-            and not self.stats.knows(peer, request_id)
-        ]
-        return HealthReply(
-            id=request.id,
-            status=self.state,
-            is_healthy=self.state == "ok",
-            pid=os.getpid(),
-            model=self.engine.model_name,
-            address=str(self.address),
-            uptime_s=time.monotonic() - self.started_at,
-            num_in_flight=len(self.routes),
-            version=__version__,
-            protocol_version=PROTOCOL_VERSION,
-            message=self.dead_message,
-            instance_id=self.instance_id,
-            max_message_bytes=self.options.max_message_bytes,
-            unknown_request_ids=unknown,
-        )
 
     # ---------------------------------------------------------------- failure and drain
 

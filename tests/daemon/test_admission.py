@@ -73,7 +73,7 @@ class SlowPrefill(Admission):
     def prefill_tokens_per_s(self) -> float:
         return 2000.0
 
-    def observe_step(self, num_prefill_tokens: int, step_s: float) -> None:
+    def observe_step(self, num_prefill_tokens: int, step_s: float, num_decode_seqs: int = 0):
         pass
 
 
@@ -108,3 +108,19 @@ def test_a_flood_is_refused_early_and_nothing_is_lost(tiny_model_dir, tmp_path):
         assert outcomes.count("finished") >= 1, outcomes
         facts = daemon.engine_loop.admission
         assert facts.num_refused == outcomes.count("overloaded")
+
+
+def test_slow_decode_steps_close_admission_while_requests_run():
+    admission = Admission(ttft_target_s=2.0, tpot_target_s=0.1)
+    admission.observe_step(1000, 0.1)  # a prefill-only step: no decode time yet
+    assert admission.decode_step_s is None
+    assert admission.check(_queued(), 10, waited_s=0.0, num_running=5) is None
+    for _ in range(50):
+        admission.observe_step(0, 0.095, num_decode_seqs=8)  # past 90% of 100 ms
+    assert admission.decode_step_s == pytest.approx(0.095)
+    refusal = admission.check(_queued(), 10, waited_s=0.0, num_running=8)
+    assert refusal is not None and "TPOT" in refusal.message
+    assert admission.check(_queued(), 10, waited_s=0.0, num_running=0) is None  # idle: admit
+    for _ in range(50):
+        admission.observe_step(0, 0.05, num_decode_seqs=4)  # the batch shrank: steps faster
+    assert admission.check(_queued(), 10, waited_s=0.0, num_running=4) is None

@@ -19,7 +19,7 @@ from typing import Any
 import zmq
 
 from llmd.client import Accepted, Client, Finished, TokenDelta
-from llmd.daemon import server
+from llmd.daemon import router_socket
 from llmd.protocol import HealthReply
 from tests.daemon.harness import FinishedRequests, RawPeer, inprocess_daemon
 
@@ -127,7 +127,7 @@ def test_a_peer_past_the_high_water_mark_is_dropped_and_its_requests_aborted(
     tiny_model_dir, tmp_path, monkeypatch
 ):
     """What an unread peer can hold is bounded: at the (here tiny) mark it is let go."""
-    monkeypatch.setattr(server, "SEND_HIGH_WATER_MARK", 20)
+    monkeypatch.setattr(router_socket, "SEND_HIGH_WATER_MARK", 20)
     address = f"ipc://{tmp_path / 'h.sock'}"
     with inprocess_daemon(tiny_model_dir, address) as daemon:
         finished = FinishedRequests(daemon.engine)

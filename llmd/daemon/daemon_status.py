@@ -1,0 +1,65 @@
+"""What the daemon says about itself: the health reply and a snapshot's "daemon" section.
+
+Both are read from the daemon's public state on the I/O thread; they change nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from llmd import __version__
+from llmd.daemon.engine_facts import engine_facts
+from llmd.protocol import PROTOCOL_VERSION, HealthReply, HealthRequest
+
+
+def daemon_facts(daemon: Any) -> dict[str, Any]:
+    """The "daemon" section of a stats snapshot."""
+    gate = daemon.gate
+    admission = daemon.engine_loop.admission
+    return {
+        **engine_facts(daemon.engine),
+        "pid": os.getpid(),
+        "address": str(daemon.address),
+        "instance_id": daemon.instance_id,
+        "state": daemon.state,
+        "error": daemon.dead_message,
+        "uptime_s": time.monotonic() - daemon.started_at,
+        "num_in_flight": len(daemon.routes),
+        "max_queued_requests": daemon.options.max_queued_requests,
+        "num_subscriptions": len(daemon.stats.subscriptions),
+        "log_file": daemon.options.log_file,
+        "cpu_placement": None if daemon.placement is None else daemon.placement.to_dict(),
+        "admission": daemon.options.admission,
+        "num_refused_by_admission": 0 if admission is None else admission.num_refused,
+        "num_connections": None if gate is None else gate.num_connections,
+        "max_connections": None if gate is None else gate.max_connections,
+        "num_refused_connections": None if gate is None else gate.num_refused,
+    }
+
+
+def health_reply(daemon: Any, peer: bytes, request: HealthRequest) -> HealthReply:
+    """The answer to `peer`'s health probe (naming which of its request ids are unknown)."""
+    unknown = [
+        request_id
+        for request_id in request.request_ids or ()
+        if daemon.routes.engine_id(peer, request_id) is None
+        and not daemon.stats.knows(peer, request_id)
+    ]
+    return HealthReply(
+        id=request.id,
+        status=daemon.state,
+        is_healthy=daemon.state == "ok",
+        pid=os.getpid(),
+        model=daemon.engine.model_name,
+        address=str(daemon.address),
+        uptime_s=time.monotonic() - daemon.started_at,
+        num_in_flight=len(daemon.routes),
+        version=__version__,
+        protocol_version=PROTOCOL_VERSION,
+        message=daemon.dead_message,
+        instance_id=daemon.instance_id,
+        max_message_bytes=daemon.options.max_message_bytes,
+        unknown_request_ids=unknown,
+    )
