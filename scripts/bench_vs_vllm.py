@@ -35,7 +35,8 @@ vllm on a small CPU box (see vllm's CPU installation docs and vllm/platforms/cpu
 VLLM_CPU_KVCACHE_SPACE is the KV cache in GiB (set from --kv-cache-gib, the same budget as
 llmd's --kv-cache-memory-gib); VLLM_CPU_OMP_THREADS_BIND is left at vllm's `auto`, which
 keeps one core for its API server and pins the worker's OpenMP threads to the others, as
-llmd serve's default --reserved-cpus 1 does (with --threads N both are forced to N
+llmd serve's --reserved-cpus 1 does (llmd's default from 4 cores; below, it pins nothing
+and runs a thread per core); with --threads N both are forced to N
 threads: vllm pinned to the first N CPUs, llmd --num-threads N --reserved-cpus 0;
 --vllm-omp-bind cores|auto|nobind picks vllm's binding by hand); LD_PRELOAD
 gets the venv's Intel OpenMP (libiomp5.so, installed with vllm-cpu) and TCMalloc when
@@ -600,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="compute threads of both servers, forced (llmd --num-threads N --reserved-cpus "
              "0; vllm pinned on the first N CPUs); default: each server's own CPU default "
              "(vllm: VLLM_CPU_OMP_THREADS_BIND=auto, one core kept for its API server; llmd: "
-             "--reserved-cpus 1, the forward pass pinned to the other cores)")
+             "--reserved-cpus 1 from 4 cores, below that a thread per core, unpinned)")
     add("--kv-cache-gib", type=int, default=1,
         help="KV cache of each server (VLLM_CPU_KVCACHE_SPACE, llmd --kv-cache-memory-gib)")
     add("--max-model-len", type=int, default=512, help="context limit of both servers")

@@ -83,7 +83,7 @@ Examples:
     "--reserved-cpus",
     type=int,
     default=None,
-    show_default="1 when 2 or more cores are available",
+    show_default="1 when 4 or more cores are available, else 0",
     help="CPU device: cores kept off the forward pass for the daemon's I/O, text and HTTP "
     "work (0: no pinning).",
 )

@@ -3,8 +3,11 @@
 The forward pass on CPU is an OpenMP team that meets at a barrier after every operator:
 one worker preempted by a text, I/O or HTTP thread (or by the load generator) stalls the
 whole team, so a busy daemon ran its decode steps far slower than the engine alone. Like
-vLLM on CPU, the daemon therefore keeps cores for serving (one by default when it may use
-two or more) and pins the forward pass's threads to the others.
+vLLM on CPU, the daemon therefore keeps a core for serving and pins the forward pass's
+threads to the others, by default once it may use four or more: on two cores, giving up
+half the compute cost more than the interference (measured with the peer benchmark:
+unpinned two threads kept 1.58 and 1.74 req/s within the SLO at 2/s and 3/s, pinned one
+thread 1.34 and 1.17; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from dataclasses import dataclass
 from llmd.errors import InvalidParameterError
 
 logger = logging.getLogger(__name__)
+
+MIN_CPUS_TO_RESERVE = 4
+"""By default one core is kept for serving only when the daemon may use at least this many."""
 
 
 @dataclass(frozen=True)
@@ -49,9 +55,9 @@ def allowed_cpu_ids() -> tuple[int, ...]:
 
 
 def plan_placement(cpu_ids: tuple[int, ...], num_reserved: int | None) -> CpuPlacement:
-    """Keep `num_reserved` cores (None: one, given two or more) off the forward pass."""
+    """Keep `num_reserved` cores (None: one, given MIN_CPUS_TO_RESERVE) off the forward pass."""
     if num_reserved is None:
-        num_reserved = 1 if len(cpu_ids) >= 2 else 0
+        num_reserved = 1 if len(cpu_ids) >= MIN_CPUS_TO_RESERVE else 0
     if num_reserved > 0 and num_reserved >= len(cpu_ids):
         raise InvalidParameterError(
             f"{num_reserved} reserved cores leave none of this process's {len(cpu_ids)} "

@@ -40,7 +40,8 @@ class ServeOptions:
     reserved_cpus: int | None = None
     """On the CPU device, cores kept off the forward pass for the I/O, text, tokenizer and
     HTTP work, which then runs pinned to them while the forward pass's OpenMP team is
-    pinned to the rest (None: 1 when the daemon may use 2 or more cores; 0: no pinning)."""
+    pinned to the rest (None: 1 when the daemon may use 4 or more cores, else 0; 0: no
+    pinning)."""
     admission: str = "queue"
     """`queue`: every request under max_queued_requests waits its turn; `slo`: one that could
     not start within slo_ttft_ms (its prefill behind the prefill work queued ahead, at the

@@ -21,7 +21,7 @@ from llmd.daemon.connection_gate import ConnectionGate
 from llmd.daemon.cpu_placement import CpuPlacement, pin_current_thread
 from llmd.daemon.daemon_status import daemon_facts, health_reply
 from llmd.daemon.engine_facts import serving_metrics
-from llmd.daemon.engine_loop import EngineLoop
+from llmd.daemon.engine_loop import EngineLoop, label_text
 from llmd.daemon.keepalive import KeepaliveSchedule
 from llmd.daemon.listener import Listener
 from llmd.daemon.outbox import (
@@ -267,9 +267,10 @@ class Daemon:
         if message.expires_at is not None and time.time() > message.expires_at:
             late_s = time.time() - message.expires_at
             logger.info(
-                "dropping request %r of peer %s: it expired %.1fs before it arrived "
+                "dropping request %r%s of peer %s: it expired %.1fs before it arrived "
                 "(its client gave up waiting)",
                 message.id,
+                label_text(message.label),
                 peer.hex(),
                 late_s,
             )

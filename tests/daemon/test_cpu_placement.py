@@ -24,7 +24,9 @@ from tests.http.http_harness import DAEMON_ARGS, http_daemon
     ("cpu_ids", "num_reserved", "forward", "serving"),
     [
         ((0,), None, (0,), (0,)),  # one core: nothing to split
-        ((0, 1), None, (1,), (0,)),
+        ((0, 1), None, (0, 1), (0, 1)),  # two or three: the compute is worth more
+        ((0, 1, 2), None, (0, 1, 2), (0, 1, 2)),
+        ((0, 1), 1, (1,), (0,)),
         ((2, 5, 7, 9), None, (5, 7, 9), (2,)),
         ((0, 1, 2, 3), 2, (2, 3), (0, 1)),
         ((0, 1, 2, 3), 0, (0, 1, 2, 3), (0, 1, 2, 3)),
@@ -77,7 +79,10 @@ def test_a_daemon_on_two_cores_pins_the_forward_pass_apart(tiny_model_dir, tmp_p
         pytest.skip("needs two cores to split")
     first, second = allowed[:2]
     with http_daemon(
-        tiny_model_dir, tmp_path, DAEMON_ARGS, lambda: os.sched_setaffinity(0, {first, second})
+        tiny_model_dir,
+        tmp_path,
+        [*DAEMON_ARGS, "--reserved-cpus", "1"],
+        lambda: os.sched_setaffinity(0, {first, second}),
     ) as served:
         process = served.process
         with Client(served.address, timeout=10.0) as client:
@@ -93,6 +98,26 @@ def test_a_daemon_on_two_cores_pins_the_forward_pass_apart(tiny_model_dir, tmp_p
         assert children, "no HTTP process"
         for child in children:
             assert set().union(*_threads(int(child)).values()) == {first}
+
+
+def test_two_cores_by_default_pin_nothing(tiny_model_dir, tmp_path):
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two cores")
+    pair = set(allowed[:2])
+    address = f"ipc://{tmp_path / 'default.sock'}"
+    process = start_daemon(
+        tiny_model_dir, address, daemon_env(), tmp_path / "daemon.log",
+        preexec_fn=lambda: os.sched_setaffinity(0, pair),
+    )  # fmt: skip
+    try:
+        with Client(address, timeout=10.0) as client:
+            facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
+        assert facts["cpu_placement"] is None
+        assert all(cores == pair for cores in _threads(process.pid).values())
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 def test_reserved_cpus_zero_pins_nothing(tiny_model_dir, tmp_path):
