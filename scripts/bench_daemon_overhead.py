@@ -32,7 +32,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling scripts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from bench_http_itl import _engine_itl, _free_port, _start_daemon
+from bench_http_itl import _engine_itl, _free_port, _http_token_times, _start_daemon
 
 from llmd.client import AsyncClient, Client, TokenDelta
 
@@ -69,15 +69,7 @@ async def _zmq_tpot(address: str, prompts: list[list[int]], params: dict) -> flo
 
 async def _http_tpot(url: str, prompts: list[list[int]], params: dict) -> float:
     async def one(client: httpx.AsyncClient, prompt: list[int]) -> float:
-        times = []
-        body = {"prompt": prompt, "stream": True, **params}
-        async with client.stream("POST", url, json=body) as response:
-            response.raise_for_status()
-            async for line in response.aiter_lines():
-                if line.startswith("data: {"):
-                    chunk = json.loads(line[6:])
-                    if chunk["choices"] and chunk["choices"][0]["finish_reason"] is None:
-                        times.append(time.perf_counter())
+        times = await _http_token_times(client, url, prompt, params)
         return _tpot(times, len(times))
 
     limits = httpx.Limits(max_connections=len(prompts) + 4)

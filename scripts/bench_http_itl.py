@@ -99,7 +99,10 @@ async def _zmq_stream(client: AsyncClient, prompt: str, params: dict) -> list[fl
     return _gaps(times)
 
 
-async def _http_stream(client: httpx.AsyncClient, url: str, prompt: str, params: dict):
+async def _http_token_times(
+    client: httpx.AsyncClient, url: str, prompt: str | list[int], params: dict
+) -> list[float]:
+    """Arrival times of a streamed completion's token chunks (not the final one)."""
     times = []
     body = {"prompt": prompt, "stream": True, **params}
     async with client.stream("POST", url, json=body) as response:
@@ -109,7 +112,11 @@ async def _http_stream(client: httpx.AsyncClient, url: str, prompt: str, params:
                 chunk = json.loads(line[6:])
                 if chunk["choices"] and chunk["choices"][0]["finish_reason"] is None:
                     times.append(time.perf_counter())
-    return _gaps(times)
+    return times
+
+
+async def _http_stream(client: httpx.AsyncClient, url: str, prompt: str, params: dict):
+    return _gaps(await _http_token_times(client, url, prompt, params))
 
 
 async def _run(route: str, address: str, url: str, concurrency: int, params: dict) -> list[float]:

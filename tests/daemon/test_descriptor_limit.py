@@ -27,6 +27,23 @@ def _low_descriptor_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (SOFT_DESCRIPTOR_LIMIT, hard))
 
 
+def _flood(client: Client, flood: zmq.Context, address: str, num: int):
+    """Open `num` idle connections as fast as libzmq connects them; wait for a refusal."""
+    sockets = []
+    for _ in range(num):
+        idle = flood.socket(zmq.DEALER)
+        idle.setsockopt(zmq.LINGER, 0)
+        idle.connect(address)
+        sockets.append(idle)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
+        if facts["num_refused_connections"] > 0:
+            break
+        time.sleep(0.1)
+    return sockets, facts
+
+
 def test_an_idle_connection_flood_is_refused_not_fatal(tiny_model_dir, tmp_path):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 4 * NUM_IDLE_CONNECTIONS:
@@ -43,18 +60,7 @@ def test_an_idle_connection_flood_is_refused_not_fatal(tiny_model_dir, tmp_path)
     try:
         with Client(address, timeout=10.0) as client:
             client.health()  # connected before the flood
-            sockets = []
-            for _ in range(NUM_IDLE_CONNECTIONS):
-                idle = flood.socket(zmq.DEALER)
-                idle.setsockopt(zmq.LINGER, 0)
-                idle.connect(address)
-                sockets.append(idle)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-                if facts["num_refused_connections"] > 0:
-                    break
-                time.sleep(0.1)
+            sockets, facts = _flood(client, flood, address, NUM_IDLE_CONNECTIONS)
             assert process.poll() is None, log_path.read_text()
             assert facts["num_refused_connections"] > 0
             assert facts["max_connections"] == MAX_CONNECTIONS
@@ -109,18 +115,7 @@ def test_a_flood_past_the_hard_descriptor_limit_is_refused_not_fatal(tiny_model_
             facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
             max_connections = facts["max_connections"]
             assert max_connections < NUM_FLOOD_CONNECTIONS < HARD_DESCRIPTOR_LIMIT * 2
-            sockets = []
-            for _ in range(NUM_FLOOD_CONNECTIONS):  # as fast as libzmq connects them
-                idle = flood.socket(zmq.DEALER)
-                idle.setsockopt(zmq.LINGER, 0)
-                idle.connect(address)
-                sockets.append(idle)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-                if facts["num_refused_connections"] > 0:
-                    break
-                time.sleep(0.1)
+            _, facts = _flood(client, flood, address, NUM_FLOOD_CONNECTIONS)
             assert process.poll() is None, log_path.read_text()
             assert facts["num_refused_connections"] > 0, facts
             # A burst can overshoot the cap by what libzmq accepted before the pause (those
