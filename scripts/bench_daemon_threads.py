@@ -34,6 +34,7 @@ GROUPS = {
     "llmd-text": "text (detokenize, stream out)",
     "llmd-tokenize": "tokenizer pool",
     "llmd-gate": "connection gate (monitor events, refusals)",
+    "llmd-io": "OpenMP workers the I/O thread started (a defect: a second pool)",
 }
 MAIN = "I/O loop (main thread)"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 
 from llmd.daemon.admission import Admission
 from llmd.daemon.engine_state import collect_engine_state
-from llmd.daemon.thread_names import name_os_thread
+from llmd.daemon.engine_thread import EngineThread
 from llmd.engine.request import FinishReason, Request
 from llmd.errors import LLMDError
 from llmd.outputs import TokenLogprob
@@ -122,6 +121,7 @@ class EngineLoop:
         on_death: Callable[[str], None],
         admission: Admission | None = None,
         on_warm: Callable[[WarmupReport], None] | None = None,
+        thread: EngineThread | None = None,
     ) -> None:
         self.engine = engine
         self.metrics = metrics
@@ -136,11 +136,16 @@ class EngineLoop:
         self._recent: deque[Request] = deque(maxlen=NUM_RECENT_REQUESTS)
         self.dead_error: str | None = None
         """Why the engine thread died, once it has."""
-        self._thread = threading.Thread(target=self._run, name="llmd-engine", daemon=True)
+        self._thread = thread
+        """The thread that loaded the engine (`llmd serve`), or one made at start."""
+        self._is_started = False
 
     def start(self) -> None:
-        """Start stepping."""
-        self._thread.start()
+        """Start stepping (after the warm-up, when given)."""
+        if self._thread is None:
+            self._thread = EngineThread()
+        self._is_started = True
+        self._thread.start(self._run)
 
     def submit(self, command: Any) -> None:
         """Queue a command; it runs before the next step."""
@@ -150,16 +155,15 @@ class EngineLoop:
         """Finish the current step and end the thread."""
         self._is_stopping = True
         self._commands.put(None)
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout)
 
     @property
     def is_alive(self) -> bool:
-        """True while the thread runs."""
-        return self._thread.is_alive()
+        """True while the thread steps (after start, until it ends)."""
+        return self._is_started and self._thread is not None and self._thread.is_alive()
 
     def _run(self) -> None:
-        name_os_thread("llmd-engine")  # torch's OpenMP workers, started from here, inherit it
         try:
             if self._on_warm is not None:  # on this thread: its OpenMP team, its malloc arena
                 self._on_warm(warm_up(self.engine, self._on_warmup_step))

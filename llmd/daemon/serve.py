@@ -22,8 +22,10 @@ from llmd.daemon.cpu_placement import (
     pin_current_thread,
     plan_placement,
 )
+from llmd.daemon.engine_thread import EngineThread
 from llmd.daemon.instance_lock import InstanceLock
 from llmd.daemon.serve_options import ServeOptions
+from llmd.daemon.thread_names import MAIN_THREAD_NAME, name_os_thread
 from llmd.errors import InvalidParameterError
 from llmd.protocol.address import Address, default_address, parse_address
 
@@ -85,6 +87,7 @@ def run_serve(options: ServeOptions) -> None:
     lock.acquire()
     previous_handlers = _exit_on_signals()  # while loading, a signal just exits (cleanly)
     http_server = None
+    engine_thread: EngineThread | None = None
     try:
         check_can_listen(address)
         http_server = make_http_server(options, address)  # binds now: a busy port fails fast
@@ -101,8 +104,12 @@ def run_serve(options: ServeOptions) -> None:
         from llmd.daemon.server import Daemon
         from llmd.llm_engine import LLMEngine
 
-        engine = LLMEngine(engine_config)
-        daemon = Daemon(engine, options, address, placement)
+        # Named after the imports (numpy's BLAS thread keeps its own name), so that an OpenMP
+        # pool this thread started would show in /proc under its name.
+        name_os_thread(MAIN_THREAD_NAME)
+        engine_thread = EngineThread()  # loads, warms up and steps: one OpenMP pool
+        engine = engine_thread.call(LLMEngine, engine_config)
+        daemon = Daemon(engine, options, address, placement, engine_thread)
         daemon.bind()
         _drain_on_signals(daemon)
         if http_server is not None:
@@ -112,6 +119,8 @@ def run_serve(options: ServeOptions) -> None:
             print(f"OpenAI-compatible API at {http_server.url}/v1", file=sys.stderr, flush=True)
         daemon.serve_forever()
     finally:
+        if engine_thread is not None:
+            engine_thread.close()  # ends it if the engine never started stepping
         if http_server is not None:
             http_server.stop()
         _restore(previous_handlers)

@@ -22,6 +22,7 @@ from llmd.daemon.cpu_placement import CpuPlacement, pin_current_thread
 from llmd.daemon.daemon_status import daemon_facts, health_reply
 from llmd.daemon.engine_facts import serving_metrics
 from llmd.daemon.engine_loop import EngineLoop, label_text
+from llmd.daemon.engine_thread import EngineThread
 from llmd.daemon.keepalive import KeepaliveSchedule
 from llmd.daemon.listener import Listener
 from llmd.daemon.outbox import (
@@ -86,6 +87,7 @@ class Daemon:
         options: ServeOptions,
         address: Address,
         placement: CpuPlacement | None = None,
+        engine_thread: EngineThread | None = None,
     ) -> None:
         self.engine = engine
         self.options = options
@@ -95,7 +97,13 @@ class Daemon:
         self.started_at = time.monotonic()
         self.instance_id = uuid.uuid4().hex[:16]
         """Random per start, in `accepted` and `health`: clients see a restart by it."""
-        self.metrics = serving_metrics(engine, options)
+        # Measuring the host's peaks runs torch: on the engine's thread, or this thread
+        # would start a second OpenMP pool (see engine_thread.py).
+        self.metrics = (
+            serving_metrics(engine, options)
+            if engine_thread is None
+            else engine_thread.call(serving_metrics, engine, options)
+        )
         self.outbox = Outbox()
         admission = None
         if options.admission == "slo" and options.slo_ttft_ms is not None:
@@ -110,6 +118,7 @@ class Daemon:
             (lambda report: self.outbox.post(EngineWarm(report.seconds)))
             if options.is_warmup_enabled
             else None,
+            engine_thread,  # the thread that loaded the engine steps it (`llmd serve`)
         )
         self.text_worker = TextWorker(
             engine, self.engine_loop, self.outbox, self.metrics, self.instance_id
@@ -161,7 +170,7 @@ class Daemon:
         if self._socket is None:
             self.bind()
         assert self._socket is not None and self.gate is not None  # bind() sets them
-        self.engine_loop.start()  # inherits this thread's cores: the forward pass's, if pinned
+        self.engine_loop.start()  # on the forward pass's cores, if pinned
         if self.placement is not None:
             pin_current_thread(self.placement.serving_cpu_ids)  # and the threads started next
         self.text_worker.start()

@@ -16,6 +16,8 @@ import sys
 PR_SET_NAME = 15
 MAX_NAME_BYTES = 15
 """The kernel keeps 16 bytes of a thread's name, the terminating NUL included."""
+MAIN_THREAD_NAME = "llmd-io"
+"""`llmd serve`'s main thread, which runs the I/O loop (and names the process in `ps`)."""
 
 
 @functools.cache
