@@ -36,7 +36,7 @@ SCENARIOS: dict[str, tuple[Callable[..., ScenarioResult], dict[str, Any], dict[s
     "bad_requests": (run_bad_requests, {"num_rounds": 2}, {"num_rounds": 1}),
     "stats": (
         run_subscriptions,
-        {"num_subscriptions": 64, "num_samples": 40},
+        {"num_subscriptions": 64, "num_samples": 60},
         {"num_subscriptions": 64, "num_samples": 20, "sample_cap_s": 5.0},
     ),
     "connections": (

@@ -2,7 +2,8 @@
 
 One peer (a separate process, so its reading costs the soak driver nothing) holds many
 subscriptions at the minimum interval, like a swarm of `llmd top`s; the median latency
-of a short generate is compared with the unloaded median measured in the same run.
+of a short generate is compared with the unloaded median, measured in blocks that
+alternate with the loaded ones in the same run.
 """
 
 from __future__ import annotations
@@ -36,35 +37,41 @@ def run_subscriptions(
     num_samples: int = 30,
     max_tokens: int = 8,
     sample_cap_s: float = 20.0,
+    num_rounds: int = 4,
 ) -> ScenarioResult:
-    """Generate p50 with `num_subscriptions` subscriptions within 20% of the unloaded p50."""
+    """Generate p50 with `num_subscriptions` subscriptions within 20% of the unloaded p50.
+
+    Unloaded and loaded blocks alternate for `num_rounds` rounds (the subscriber
+    subscribes and unsubscribes on command), so drift on a shared machine falls on both
+    sides alike instead of on whichever block ran while something else was busy.
+    """
     result = ScenarioResult("stats_subscriptions")
     address = daemon.address
     _measure(address, 3, max_tokens, sample_cap_s)  # warm-up
-    before = _measure(address, num_samples // 2, max_tokens, sample_cap_s)
-    subscriber = subprocess.Popen(
-        [sys.executable, "-m", "scripts.soak_suite.subscriptions", address,
-         str(num_subscriptions), str(MIN_SUBSCRIBE_INTERVAL_MS)],
-        cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    block = max(1, num_samples // num_rounds)
+    unloaded: list[float] = []
+    loaded: list[float] = []
+    subscriber = _Subscriber(address, num_subscriptions)
     try:
-        time.sleep(WARMUP_S)
-        loaded = _measure(address, num_samples, max_tokens, sample_cap_s)
-        out, _ = subscriber.communicate("stop\n", timeout=60)
+        for _ in range(num_rounds):
+            unloaded += _measure(address, block, max_tokens, sample_cap_s)
+            subscriber.command("on")
+            time.sleep(WARMUP_S)
+            loaded += _measure(address, block, max_tokens, sample_cap_s)
+            subscriber.command("off")
+            daemon.wait_idle(timeout_s=60.0)  # whatever the subscriptions left queued is done
+        counts = subscriber.stop()
     finally:
-        if subscriber.poll() is None:
-            subscriber.kill()
-    daemon.wait_idle(timeout_s=60.0)  # whatever the subscriptions left queued is done
-    after = _measure(address, num_samples - num_samples // 2, max_tokens, sample_cap_s)
-    counts = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-    unloaded_p50 = statistics.median(before + after)
+        subscriber.kill()
+    unloaded_p50 = statistics.median(unloaded)
     loaded_p50 = statistics.median(loaded)
     ratio = loaded_p50 / unloaded_p50
     result.counts.update(
         {
             "num_subscriptions": num_subscriptions,
             "interval_ms": MIN_SUBSCRIBE_INTERVAL_MS,
-            "num_samples": num_samples,
+            "num_samples": len(loaded),
+            "num_rounds": num_rounds,
             "max_tokens": max_tokens,
             "unloaded_p50_ms": round(1000 * unloaded_p50, 2),
             "loaded_p50_ms": round(1000 * loaded_p50, 2),
@@ -85,6 +92,38 @@ def run_subscriptions(
     )
     result.check("daemon still running", daemon.is_running())
     return result.finish()
+
+
+class _Subscriber:
+    """The subscribing peer process, driven line by line over its stdin."""
+
+    def __init__(self, address: str, num_subscriptions: int) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "scripts.soak_suite.subscriptions", address,
+             str(num_subscriptions), str(MIN_SUBSCRIBE_INTERVAL_MS)],
+            cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    def command(self, line: str) -> str:
+        """Send one command and return the peer's one-line answer."""
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(line + "\n")
+        self._process.stdin.flush()
+        answer = self._process.stdout.readline().strip()
+        if not answer:
+            raise RuntimeError(f"the subscriber exited on {line!r} (rc {self._process.poll()})")
+        return answer
+
+    def stop(self) -> dict:
+        """End the peer and return its counts."""
+        counts = json.loads(self.command("stop"))
+        self._process.wait(timeout=60)
+        return counts
+
+    def kill(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
 
 
 def _measure(address: str, num_samples: int, max_tokens: int, cap_s: float) -> list[float]:
@@ -114,22 +153,31 @@ async def _measure_async(
 
 
 def subscriber_main(address: str, num_subscriptions: int, interval_ms: int) -> None:
-    """Hold the subscriptions until a line arrives on stdin; print the counts as JSON."""
+    """Subscribe on "on", unsubscribe on "off", print the counts as JSON on "stop".
+
+    Each command is answered with one line once it has been sent to the daemon.
+    """
     socket = zmq.Context.instance().socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 1000)
     socket.connect(address)
-    for index in range(num_subscriptions):
-        socket.send(
-            pack({"type": "subscribe", "v": 1, "id": f"s-{index}", "interval_ms": interval_ms})
-        )
     poller = zmq.Poller()
     poller.register(socket, zmq.POLLIN)
     poller.register(sys.stdin, zmq.POLLIN)
     counts = {"num_snapshots": 0, "num_refused": 0, "num_internal": 0, "refusal_codes": {}}
+    is_subscribed = False
     while True:
         events = dict(poller.poll(1000))
         if sys.stdin.fileno() in events or sys.stdin in events:
-            break
+            command = sys.stdin.readline().strip()
+            if command in ("off", "stop", "") and is_subscribed:
+                _send_all(socket, "unsubscribe", num_subscriptions, interval_ms)
+                is_subscribed = False
+            if command in ("stop", ""):
+                break
+            if command == "on" and not is_subscribed:
+                _send_all(socket, "subscribe", num_subscriptions, interval_ms)
+                is_subscribed = True
+            print(command, flush=True)
         while socket in events:
             try:
                 payload = socket.recv(zmq.NOBLOCK)
@@ -144,10 +192,16 @@ def subscriber_main(address: str, num_subscriptions: int, interval_ms: int) -> N
                 counts["num_refused"] += 1
                 counts["num_internal"] += code == "internal"
                 counts["refusal_codes"][code] = counts["refusal_codes"].get(code, 0) + 1
-    for index in range(num_subscriptions):
-        socket.send(pack({"type": "unsubscribe", "v": 1, "id": f"s-{index}"}))
     socket.close()
     print(json.dumps(counts), flush=True)
+
+
+def _send_all(socket: zmq.Socket, kind: str, num_subscriptions: int, interval_ms: int) -> None:
+    for index in range(num_subscriptions):
+        message = {"type": kind, "v": 1, "id": f"s-{index}"}
+        if kind == "subscribe":
+            message["interval_ms"] = interval_ms
+        socket.send(pack(message))
 
 
 if __name__ == "__main__":
