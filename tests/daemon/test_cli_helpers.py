@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from llmd.commands.daemon_cli import format_status, status_report
+from llmd.client.status_report import format_status, status_report
 from llmd.daemon.detach import DaemonStartError, _wait_until_healthy
 from llmd.protocol import parse_address
 
