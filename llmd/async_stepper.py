@@ -13,12 +13,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llmd.engine.scheduler_output import SchedulerOutput
+from llmd.engine.step_result import RequestUpdate, StepResult, step_stats
 from llmd.engine.step_stats import StepStats
 from llmd.errors import SchedulerStallError
-from llmd.llm_engine import RequestUpdate, StepResult, step_stats
+
+if TYPE_CHECKING:
+    from llmd.llm_engine import LLMEngine
+    from llmd.runner.pending_step import PendingStep, RunnerOutput
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +32,7 @@ class InFlightStep:
     """A launched plan whose samples are not applied yet."""
 
     plan: SchedulerOutput
-    pending: Any  # llmd.runner.pending_step.PendingStep
+    pending: PendingStep
     pending_ids: set[str]
     """Requests given a placeholder token for this step's sample."""
     kv_context_tokens: int
@@ -37,7 +41,7 @@ class InFlightStep:
 class AsyncStepper:
     """Runs the engine's steps with one plan always in flight on the device."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: LLMEngine) -> None:
         self.engine = engine
         self.in_flight: InFlightStep | None = None
         self._finished_last_step: set[str] = set()
@@ -58,7 +62,7 @@ class AsyncStepper:
             plan = scheduler.schedule()
         except SchedulerStallError as error:  # never step empty plans forever: fail the head
             logger.error("scheduler stalled: %s", error)
-            update = engine._fail_request(error.request_id, error)
+            update = engine.fail_request(error.request_id, error)
             return StepResult([update] if update is not None else [], None)
         scheduled = time.monotonic()
         launched = None
@@ -71,7 +75,7 @@ class AsyncStepper:
                 launched = engine.runner.launch(plan)
             except Exception as error:  # a bad batch fails its own requests only
                 logger.exception("step failed; failing its %d requests", len(plan.chunks))
-                updates += engine._fail_plan(plan, error)
+                updates += engine.fail_plan(plan, error)
         previous, self.in_flight = self.in_flight, None
         stats = None
         if previous is not None:
@@ -79,9 +83,9 @@ class AsyncStepper:
                 output = previous.pending.resolve()
             except Exception as error:
                 logger.exception("reading a step's samples failed")
-                updates += engine._fail_plan(previous.plan, error)
+                updates += engine.fail_plan(previous.plan, error)
                 if launched is not None:  # its inputs came from the failed step
-                    updates += engine._fail_plan(plan, error)
+                    updates += engine.fail_plan(plan, error)
                     launched = None
             else:
                 updates += self._apply(previous, output)
@@ -93,10 +97,10 @@ class AsyncStepper:
             return StepResult([], None)
         integrity_error = None
         if not scheduler.has_unfinished_requests and self.in_flight is None:
-            integrity_error = engine._check_pool_at_idle()  # idle point: the pool must be whole
+            integrity_error = engine.check_pool_at_idle()  # idle point: the pool must be whole
         return StepResult(updates, stats, integrity_error)
 
-    def _apply(self, step: InFlightStep, output: Any) -> list[RequestUpdate]:
+    def _apply(self, step: InFlightStep, output: RunnerOutput) -> list[RequestUpdate]:
         """Apply a step's samples; one update per request that got a token or ended."""
         scheduler = self.engine.scheduler
         already_finished = {
@@ -128,7 +132,7 @@ class AsyncStepper:
         return updates
 
     def _stats(
-        self, step: InFlightStep, output: Any, started: float, scheduled: float
+        self, step: InFlightStep, output: RunnerOutput, started: float, scheduled: float
     ) -> StepStats:
         """The applied plan's token counts and phase times; `schedule_s`, `total_s` are this call's.
 

@@ -9,82 +9,22 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 
+from llmd.async_stepper import AsyncStepper
 from llmd.config import EngineConfig, SchedulerConfig, default_model_dir
 from llmd.engine.block_manager import BlockManager
 from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.scheduler_output import SchedulerOutput
-from llmd.engine.step_stats import StepStats
+from llmd.engine.step_result import RequestUpdate, StepResult, step_stats
 from llmd.engine.tokenizer import Tokenizer, load_tokenizer, read_generation_eos_token_ids
 from llmd.errors import InvalidParameterError, KVCacheIntegrityError, SchedulerStallError
 from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
-from llmd.outputs import TokenLogprob
 from llmd.runner.device import device_name, dtype_name
 from llmd.runner.model_runner import ModelRunner
-from llmd.runner.pending_step import RunnerOutput
 from llmd.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class RequestUpdate:
-    """New tokens of one request from one step, and whether it has finished."""
-
-    request: Request
-    new_token_ids: list[int]
-    new_logprobs: list[TokenLogprob] | None = None
-
-    @property
-    def is_finished(self) -> bool:
-        """True when the request ended in this step."""
-        return self.request.is_finished
-
-
-@dataclass
-class StepResult:
-    """Everything one step produced."""
-
-    updates: list[RequestUpdate]
-    stats: StepStats | None
-    integrity_error: KVCacheIntegrityError | None = None
-    """Set when the idle-point pool check failed this step (the pool was then rebuilt)."""
-
-
-def step_stats(
-    plan: SchedulerOutput,
-    scheduler: Scheduler,
-    output: RunnerOutput,
-    started: float,
-    scheduled: float,
-    finished_at: float,
-    kv_context_tokens: int,
-) -> StepStats:
-    """A step's token counts and phase times, from its plan and the runner's output.
-
-    Shared by the synchronous step and the async stepper, so both report the same figures.
-    """
-    num_decode = plan.num_decode_tokens
-    return StepStats(
-        started_at=started,
-        num_prefill_tokens=plan.num_prefill_tokens,
-        num_decode_tokens=num_decode,
-        num_prefill_seqs=len(plan.chunks) - num_decode,
-        num_decode_seqs=num_decode,
-        num_preempted=len(plan.preempted_request_ids),
-        num_running=len(scheduler.running),
-        num_waiting=len(scheduler.waiting),
-        schedule_s=scheduled - started,
-        prepare_s=output.prepare_s,
-        forward_s=output.forward_s,
-        sample_s=output.sample_s,
-        total_s=finished_at - started,
-        kv_context_tokens=kv_context_tokens,
-        num_sampling_seqs=sum(1 for chunk in plan.chunks if chunk.is_sampling),
-        device_gap_s=output.device_gap_s,
-    )
 
 
 class LLMEngine:
@@ -127,11 +67,7 @@ class LLMEngine:
             if config.async_scheduling is not None
             else self.runner.device.type == "cuda"
         )
-        self._async_stepper = None
-        if self.async_scheduling:
-            from llmd.async_stepper import AsyncStepper  # imports this module
-
-            self._async_stepper = AsyncStepper(self)
+        self._async_stepper = AsyncStepper(self) if self.async_scheduling else None
         self.started_at = time.monotonic()
         self.num_integrity_errors = 0
         """KV-pool integrity violations found (and repaired) at idle points since start."""
@@ -259,11 +195,11 @@ class LLMEngine:
             plan = self.scheduler.schedule()
         except SchedulerStallError as error:  # never step empty plans forever: fail the head
             logger.error("scheduler stalled: %s", error)
-            update = self._fail_request(error.request_id, error)
+            update = self.fail_request(error.request_id, error)
             updates = [update] if update is not None else []
             if self.scheduler.has_unfinished_requests:
                 return StepResult(updates, None)
-            return StepResult(updates, None, self._check_pool_at_idle())  # e.g. leaked blocks
+            return StepResult(updates, None, self.check_pool_at_idle())  # e.g. leaked blocks
         scheduled = time.monotonic()
         if plan.is_empty:
             return StepResult([], None)
@@ -271,7 +207,7 @@ class LLMEngine:
             output = self.runner.execute(plan)
         except Exception as error:  # a bad batch must not take the engine down
             logger.exception("step failed; failing its %d requests", len(plan.chunks))
-            return StepResult(self._fail_plan(plan, error), None)
+            return StepResult(self.fail_plan(plan, error), None)
         before = {chunk.request.request_id: chunk.request.num_tokens for chunk in plan.chunks}
         kv_context_tokens = sum(
             chunk.request.num_computed_tokens + chunk.num_new_tokens for chunk in plan.chunks
@@ -296,10 +232,10 @@ class LLMEngine:
         )
         integrity_error = None
         if not self.scheduler.has_unfinished_requests:
-            integrity_error = self._check_pool_at_idle()
+            integrity_error = self.check_pool_at_idle()
         return StepResult(updates, stats, integrity_error)
 
-    def _check_pool_at_idle(self) -> KVCacheIntegrityError | None:
+    def check_pool_at_idle(self) -> KVCacheIntegrityError | None:
         """Verify the KV pool when no request holds blocks; on a violation report and rebuild.
 
         A violation is a bug, but at idle nothing depends on the pool's old state, so the
@@ -314,7 +250,8 @@ class LLMEngine:
             return error
         return None
 
-    def _fail_plan(self, plan, error: Exception) -> list[RequestUpdate]:
+    def fail_plan(self, plan: SchedulerOutput, error: Exception) -> list[RequestUpdate]:
+        """End every request of a plan that failed on the device with `error`."""
         updates = []
         for chunk in plan.chunks:
             request = self.scheduler.finish_request(chunk.request.request_id, FinishReason.ERROR)
@@ -323,7 +260,8 @@ class LLMEngine:
                 updates.append(RequestUpdate(request, []))
         return updates
 
-    def _fail_request(self, request_id: str, error: Exception) -> RequestUpdate | None:
+    def fail_request(self, request_id: str, error: Exception) -> RequestUpdate | None:
+        """End one request with `error`; None when it had already finished."""
         request = self.scheduler.finish_request(request_id, FinishReason.ERROR)
         if request is None:
             return None

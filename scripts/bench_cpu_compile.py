@@ -41,7 +41,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmd.attention.backend import create_attention_backend
+from llmd.attention.factory import create_attention_backend
 from llmd.engine.request import Request, RequestStatus
 from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
 from llmd.layers import packed_linear

@@ -56,7 +56,7 @@ def decode_attention_gbps(
     Several layers' caches (together larger than the last-level cache) are visited in
     turn, as in a real forward pass, so the K/V come from memory rather than L3.
     """
-    from llmd.attention.backend import create_attention_backend
+    from llmd.attention.factory import create_attention_backend
     from llmd.attention.reference import build_metadata
 
     backend = create_attention_backend(backend_name, torch.device("cpu"))

@@ -14,11 +14,10 @@ from typing import Any, TextIO
 
 import click
 
+from llmd.client.context_fit import context_warning, fitted_max_tokens
 from llmd.commands.generate_output import (
     GeneratedText,
     TokenChoice,
-    context_warning,
-    fitted_max_tokens,
     print_batch,
     print_logprobs,
     print_stats,

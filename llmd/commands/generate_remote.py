@@ -14,13 +14,8 @@ from typing import Any
 
 import click
 
-from llmd.commands.generate_output import (
-    GeneratedText,
-    TokenChoice,
-    context_warning,
-    fitted_max_tokens,
-    refused_max_tokens,
-)
+from llmd.client.context_fit import context_warning, fitted_max_tokens, refused_max_tokens
+from llmd.commands.generate_output import GeneratedText, TokenChoice
 from llmd.errors import RequestRejectedError
 
 PROBE_TIMEOUT_S = 1.0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import llmd
 from llmd.daemon.instance_lock import DaemonAlreadyRunningError, InstanceLock
-from llmd.daemon.serve import check_can_listen
+from llmd.daemon.listen_check import check_can_listen
 from llmd.daemon.serve_options import ServeOptions
 from llmd.errors import LLMDError
 from llmd.protocol.address import Address, ensure_private_dir, runtime_dir

@@ -10,7 +10,6 @@ import dataclasses
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 from typing import Any
@@ -24,6 +23,7 @@ from llmd.daemon.cpu_placement import (
 )
 from llmd.daemon.engine_thread import EngineThread
 from llmd.daemon.instance_lock import InstanceLock
+from llmd.daemon.listen_check import check_can_listen
 from llmd.daemon.serve_options import ServeOptions
 from llmd.daemon.thread_names import MAIN_THREAD_NAME, name_os_thread
 from llmd.errors import InvalidParameterError
@@ -42,25 +42,6 @@ def resolve_address(text: str | None, allow_remote: bool) -> Address:
             "address",
         )
     return address
-
-
-def check_can_listen(address: Address) -> None:
-    """Fail in a second, not after the model loads, when the address cannot be bound."""
-    if address.scheme == "ipc":
-        directory = os.path.dirname(address.path)
-        if not os.path.isdir(directory):
-            raise InvalidParameterError(f"directory {directory} does not exist", "address")
-        return
-    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
-    host = "" if address.host == "*" else address.host
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as zmq's listener does
-        try:
-            probe.bind((host, address.port))
-        except OSError as error:
-            raise InvalidParameterError(
-                f"cannot listen on {address}: {error.strerror}", "address"
-            ) from None
 
 
 def configure_logging(level: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from llmd.attention.backend import create_attention_backend
+from llmd.attention.factory import create_attention_backend
 from llmd.config import EngineConfig
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.layers.kernel_config import KernelConfig, configure_kernels

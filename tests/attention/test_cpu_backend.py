@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmd.attention.backend import create_attention_backend
 from llmd.attention.cpu_backend import CpuAttentionBackend
+from llmd.attention.factory import create_attention_backend
 from llmd.attention.reference import build_metadata, naive_paged_attention
 
 # (query_lens, seq_lens, num_decode_seqs): decodes first, then prefill chunks. Chunks

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from llmd.commands.daemon_cli import format_status, status_report
+from llmd.client.status_report import format_status, status_report
 from llmd.daemon.detach import DaemonStartError, _wait_until_healthy
 from llmd.protocol import parse_address
 
@@ -53,3 +53,11 @@ def test_detached_child_that_dies_reports_its_log(tmp_path):
     message = str(error.value)
     assert "exited with code 3" in message and "model_not_found: no model" in message
     assert "an earlier run" not in message
+
+
+def test_python_m_llmd_daemon_takes_only_json_options(capsys):
+    """Flags are `llmd serve`'s: the detached daemon's entry point parses none of them."""
+    from llmd.daemon.__main__ import EXIT_USAGE, main
+
+    assert main(["--model", "tiny"]) == EXIT_USAGE
+    assert "run `llmd serve`" in capsys.readouterr().err

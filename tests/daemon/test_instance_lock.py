@@ -13,7 +13,8 @@ import textwrap
 import pytest
 
 from llmd.daemon.instance_lock import DaemonAlreadyRunningError, InstanceLock
-from llmd.daemon.serve import check_can_listen, resolve_address
+from llmd.daemon.listen_check import check_can_listen
+from llmd.daemon.serve import resolve_address
 from llmd.daemon.serve_options import ServeOptions
 from llmd.errors import InvalidParameterError
 from llmd.protocol import parse_address

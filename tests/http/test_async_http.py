@@ -22,8 +22,8 @@ import pytest
 
 from llmd.client import Client
 from llmd.engine.request import PENDING_TOKEN_ID
+from llmd.engine.step_result import StepResult
 from llmd.http.server import HttpServer
-from llmd.llm_engine import StepResult
 from tests.daemon.harness import (
     FinishedRequests,
     free_tcp_port,

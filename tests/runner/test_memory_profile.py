@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmd.attention.backend import create_attention_backend
+from llmd.attention.factory import create_attention_backend
 from llmd.config import EngineConfig
 from llmd.models.loader import load_hf_config, load_model, model_shape
 from llmd.runner.kv_cache import GIB, kv_bytes_per_block

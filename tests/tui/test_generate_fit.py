@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmd.commands.generate_output import context_warning, fitted_max_tokens, refused_max_tokens
+from llmd.client.context_fit import context_warning, fitted_max_tokens, refused_max_tokens
 from llmd.errors import RequestRejectedError
 
 

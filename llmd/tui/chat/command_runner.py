@@ -10,6 +10,7 @@ from typing import Any
 
 from textual import work
 
+from llmd.client.status_report import format_status, status_report
 from llmd.errors import LLMDError
 from llmd.tui.chat.commands import COMMAND_HELP, KEYS_HELP, parse_command
 from llmd.tui.chat.conversation import Conversation
@@ -78,7 +79,5 @@ class CommandRunner:
         if event.snapshot is None:
             await self._add(Notice(describe_error(event.error), is_error=True))
             return
-        from llmd.commands.daemon_cli import format_status, status_report
-
         lines = [format_status(status_report(event.snapshot)), "", self.conversation.summary()]
         await self._add(Notice("\n".join(lines)))

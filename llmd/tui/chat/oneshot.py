@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any, TextIO
 
 from llmd.client import Finished, TokenDelta
-from llmd.commands.generate_output import context_warning, fitted_max_tokens, refused_max_tokens
+from llmd.client.context_fit import context_warning, fitted_max_tokens, refused_max_tokens
 from llmd.errors import LLMDError, RequestRejectedError, user_message
 from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.conversation import Conversation

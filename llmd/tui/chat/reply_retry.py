@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from llmd.commands.generate_output import fitted_max_tokens, refused_max_tokens
+from llmd.client.context_fit import fitted_max_tokens, refused_max_tokens
 from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.assistant_reply import AssistantReply
 from llmd.tui.chat.conversation import Conversation
