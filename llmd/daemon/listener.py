@@ -20,8 +20,12 @@ import socket
 from llmd.errors import InvalidParameterError
 from llmd.protocol.address import Address
 
-BACKLOG = 128
-"""Connections the kernel queues before libzmq (or the refusal) accepts them."""
+BACKLOG = 16
+"""Connections the kernel queues before libzmq (or the refusal) accepts them. Small on
+purpose: libzmq accepts everything queued in one loop, before the gate's thread can pause
+it, so the backlog bounds a burst's overshoot past the cap (128 let a 400-connection
+flood reach a hard limit of 256 in a loaded CI run); a client finding it full retries
+(libzmq reconnects after 100 ms)."""
 
 
 class Listener:
