@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from llmd.batch_limits import describe_defaults
 from llmd.config import ATTENTION_BACKENDS, DEVICES, DTYPES, KV_CACHE_DTYPES, POLICIES
 
 ENGINE_OPTIONS = [
@@ -43,9 +44,11 @@ ENGINE_OPTIONS = [
                  help="Explicit number of KV blocks (overrides the memory budget)."),
     click.option("--max-model-len", type=int, default=None,
                  show_default="the model's", help="Longest prompt+output in tokens."),
-    click.option("--max-num-seqs", type=int, default=256, show_default=True,
+    click.option("--max-num-seqs", type=int, default=None,
+                 show_default=describe_defaults("max_num_seqs"),
                  help="Most requests in one step."),
-    click.option("--max-num-batched-tokens", type=int, default=2048, show_default=True,
+    click.option("--max-num-batched-tokens", type=int, default=None,
+                 show_default=describe_defaults("max_num_batched_tokens"),
                  help="Token budget per step (prefill chunks plus decodes)."),
     click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True,
                  show_default=True, help="Share KV blocks of identical prompt prefixes."),

@@ -50,10 +50,12 @@ class EngineConfig:
     """Explicit number of KV blocks; overrides the memory budget."""
     max_model_len: int | None = None
     """Longest prompt plus output in tokens; None means the model's maximum."""
-    max_num_seqs: int = 256
-    """Most requests in one step's batch."""
-    max_num_batched_tokens: int = 2048
-    """Token budget of one step (prefill chunks plus decode tokens)."""
+    max_num_seqs: int | None = None
+    """Most requests in one step's batch; None: the device's default for the usage
+    (llmd/batch_limits.py: 256 offline; 64 served on CPU)."""
+    max_num_batched_tokens: int | None = None
+    """Token budget of one step (prefill chunks plus decode tokens); None: the device's
+    default for the usage (llmd/batch_limits.py: 2048)."""
     enable_prefix_caching: bool = True
     """Reuse KV blocks of identical prompt prefixes across requests."""
     enable_chunked_prefill: bool = True
@@ -108,8 +110,10 @@ class EngineConfig:
             _positive_int("num_blocks", self.num_blocks)
         if self.max_model_len is not None:
             _positive_int("max_model_len", self.max_model_len)
-        _positive_int("max_num_seqs", self.max_num_seqs)
-        _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        if self.max_num_seqs is not None:
+            _positive_int("max_num_seqs", self.max_num_seqs)
+        if self.max_num_batched_tokens is not None:
+            _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
         require(
             self.scheduling_policy in POLICIES,
             "scheduling_policy",

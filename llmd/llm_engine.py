@@ -11,6 +11,7 @@ import time
 import uuid
 
 from llmd.async_stepper import AsyncStepper
+from llmd.batch_limits import USAGE_OFFLINE, resolve_batch_limits
 from llmd.config import EngineConfig, SchedulerConfig, default_model_dir
 from llmd.engine.block_manager import BlockManager
 from llmd.engine.request import FinishReason, Request
@@ -20,7 +21,7 @@ from llmd.engine.step_result import RequestUpdate, StepResult, step_stats
 from llmd.engine.tokenizer import Tokenizer, load_tokenizer, read_generation_eos_token_ids
 from llmd.errors import InvalidParameterError, KVCacheIntegrityError, SchedulerStallError
 from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
-from llmd.runner.device import device_name, dtype_name
+from llmd.runner.device import device_name, dtype_name, resolve_device
 from llmd.runner.model_runner import ModelRunner
 from llmd.sampling_params import SamplingParams
 
@@ -30,8 +31,12 @@ logger = logging.getLogger(__name__)
 class LLMEngine:
     """Loads a model and turns requests into tokens, one scheduling step at a time."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, usage: str = USAGE_OFFLINE) -> None:
+        """Load `config`'s model; `usage` picks the unset batch limits' defaults."""
+        config = resolve_batch_limits(config, resolve_device(config.device).type, usage)
         self.config = config
+        self.usage = usage
+        """offline or serve: whose defaults filled the unset batch limits."""
         model = config.model or default_model_dir()
         self.model_path = resolve_model_path(model)
         self.model_name = config.served_model_name or config.model or "llmd-default"

@@ -150,8 +150,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     add("--hf-batch-size", type=int, default=16, help="HF's static batch size.")
     add("--repeats", type=int, default=3, help="Timed runs; the report is their median.")
     add("--seed", type=int, default=0, help="Seed of the workload's lengths and tokens.")
-    add("--max-num-seqs", type=int, default=256, help="llmd's most requests in one step.")
-    add("--max-num-batched-tokens", type=int, default=2048, help="llmd's token budget per step.")
+    add("--max-num-seqs", type=int, default=None,
+        help="llmd's most requests in one step (default: the device's offline default).")
+    add("--max-num-batched-tokens", type=int, default=None,
+        help="llmd's token budget per step (default: the device's offline default).")
     add("--kv-cache-memory-gib", type=float, default=4.0, help="llmd's KV cache on CPU, GiB.")
     add("--skip-hf", action="store_true", help="Measure llmd only.")
     add("--skip-llmd", action="store_true", help="Measure HF only.")

@@ -23,6 +23,8 @@ def status_report(snapshot: dict[str, Any]) -> dict[str, Any]:
         "device": daemon.get("device"),
         "dtype": daemon.get("dtype"),
         "max_model_len": daemon.get("max_model_len"),
+        "max_num_seqs": daemon.get("max_num_seqs"),
+        "max_num_batched_tokens": daemon.get("max_num_batched_tokens"),
         "version": daemon.get("version"),
         "uptime_s": daemon.get("uptime_s"),
         "queue": {
@@ -62,6 +64,8 @@ def format_status(report: dict[str, Any]) -> str:
         f"{show(report['device'])}, max_model_len {show(report['max_model_len'])})",
         f"address   {show(report['address'])}",
         f"pid       {show(report['pid'])}  up {_duration(report['uptime_s'])}",
+        f"batch     at most {show(report.get('max_num_seqs'))} requests and "
+        f"{show(report.get('max_num_batched_tokens'))} tokens per step",
         f"queue     {show(queue['in_flight'])} in flight: {show(queue['waiting'])} waiting, "
         f"{show(queue['running'])} running, {show(queue['preempted'])} preempted",
         f"kv cache  {kv_line}",

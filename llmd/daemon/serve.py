@@ -82,6 +82,7 @@ def run_serve(options: ServeOptions) -> None:
             if engine_config.num_threads is None and not os.environ.get("OMP_NUM_THREADS"):
                 num_threads = len(placement.forward_cpu_ids)
                 engine_config = dataclasses.replace(engine_config, num_threads=num_threads)
+        from llmd.batch_limits import USAGE_SERVE
         from llmd.daemon.server import Daemon
         from llmd.llm_engine import LLMEngine
 
@@ -89,7 +90,7 @@ def run_serve(options: ServeOptions) -> None:
         # pool this thread started would show in /proc under its name.
         name_os_thread(MAIN_THREAD_NAME)
         engine_thread = EngineThread()  # loads, warms up and steps: one OpenMP pool
-        engine = engine_thread.call(LLMEngine, engine_config)
+        engine = engine_thread.call(LLMEngine, engine_config, USAGE_SERVE)
         daemon = Daemon(engine, options, address, placement, engine_thread)
         daemon.bind()
         _drain_on_signals(daemon)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from llmd.batch_limits import USAGE_OFFLINE, USAGE_SERVE, default_batch_limits
 from llmd.client import Accepted, AsyncClient, Client, Finished, TokenDelta
 from llmd.errors import InvalidParameterError, ShuttingDownError
 from llmd.protocol import ErrorReply, HealthReply, pack
@@ -457,16 +458,26 @@ def test_status_command(served):
     assert report["state"] == "ok"
     assert set(report["queue"]) == {"in_flight", "waiting", "running", "preempted"}
     assert report["kv"]["num_total"] == 512
+    # Unset batch limits take llmd serve's CPU defaults, not the offline ones.
+    limits = default_batch_limits("cpu", USAGE_SERVE)
+    assert limits != default_batch_limits("cpu", USAGE_OFFLINE)
+    assert report["max_num_seqs"] == limits.max_num_seqs
+    assert report["max_num_batched_tokens"] == limits.max_num_batched_tokens
     text = run_cli(["status"], served.env)
     assert text.returncode == 0 and "0/512 blocks used" in text.stdout
+    assert f"at most {limits.max_num_seqs} requests" in text.stdout
 
 
-def test_status_reports_the_dtype_asked_for(own_daemon):
+def test_status_reports_the_dtype_and_limits_asked_for(own_daemon):
     # The dtype auto does not pick here, so a status that ignores --dtype cannot pass.
     auto = dtype_name(resolve_dtype("auto", torch.device("cpu")))
     wanted = "float32" if auto == "bfloat16" else "bfloat16"
-    daemon = own_daemon("--dtype", wanted)
-    assert _status_json(daemon.env)["dtype"] == wanted
+    daemon = own_daemon(
+        "--dtype", wanted, "--max-num-seqs", "7", "--max-num-batched-tokens", "96"
+    )  # fmt: skip
+    report = _status_json(daemon.env)
+    assert report["dtype"] == wanted
+    assert (report["max_num_seqs"], report["max_num_batched_tokens"]) == (7, 96)
 
 
 def test_health_reply_over_raw_socket(served):
