@@ -1,0 +1,37 @@
+"""The HTTP process runs on uvloop with httptools' parser: both are dependencies on Linux."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import httpx
+import pytest
+
+from llmd.http.worker import event_loop_factory, http_parser_name
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="uvloop is a dependency on POSIX only")
+def test_the_worker_picks_uvloop_and_httptools():
+    factory, name = event_loop_factory()
+    assert name == "uvloop" and factory is not None
+    loop = factory()
+    try:
+        assert type(loop).__module__.startswith("uvloop")
+        assert loop.run_until_complete(asyncio.sleep(0, result=7)) == 7
+    finally:
+        loop.close()
+    assert http_parser_name() == "httptools"
+
+
+def test_without_them_the_worker_falls_back_to_the_pure_python_pair(monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import now raises ImportError
+    monkeypatch.setitem(sys.modules, "httptools", None)
+    assert event_loop_factory() == (None, "asyncio")
+    assert http_parser_name() == "h11"
+
+
+def test_the_served_http_process_says_what_it_runs_on(served_http):
+    assert httpx.get(f"{served_http.url}/version", timeout=10).status_code == 200
+    log = served_http.log_path.read_text()
+    assert "HTTP server: uvicorn, httptools parser, uvloop event loop" in log, log
