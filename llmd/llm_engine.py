@@ -1,7 +1,9 @@
 """The engine: the one module that knows both the scheduler and the model runner.
 
-Its step is schedule, run, update; the offline API and the daemon drive the same engine
-and differ only in where requests come from and where tokens go.
+Its step is schedule, run, apply, either synchronously or pipelined (async scheduling: plan
+N+1 is launched before plan N's samples are applied); the two share one apply path, one
+failure path and one idle-point pool check. The offline API and the daemon drive the same
+engine and differ only in where requests come from and where tokens go.
 """
 
 from __future__ import annotations
@@ -10,19 +12,21 @@ import logging
 import time
 import uuid
 
-from llmd.async_stepper import AsyncStepper
 from llmd.batch_limits import USAGE_OFFLINE, resolve_batch_limits
 from llmd.config import EngineConfig, SchedulerConfig, default_model_dir
 from llmd.engine.block_manager import BlockManager
+from llmd.engine.launched_step import LaunchedStep
 from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.scheduler_output import SchedulerOutput
-from llmd.engine.step_result import RequestUpdate, StepResult, step_stats
+from llmd.engine.step_result import RequestUpdate, StepResult, request_updates, step_stats
+from llmd.engine.step_stats import StepStats
 from llmd.engine.tokenizer import Tokenizer, load_tokenizer, read_generation_eos_token_ids
 from llmd.errors import InvalidParameterError, KVCacheIntegrityError, SchedulerStallError
 from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
 from llmd.runner.device import device_name, dtype_name, resolve_device
 from llmd.runner.model_runner import ModelRunner
+from llmd.runner.pending_step import RunnerOutput
 from llmd.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -72,7 +76,11 @@ class LLMEngine:
             if config.async_scheduling is not None
             else self.runner.device.type == "cuda"
         )
-        self._async_stepper = AsyncStepper(self) if self.async_scheduling else None
+        self._in_flight: LaunchedStep | None = None
+        """The pipelined step's launched plan, applied by the next step (async scheduling)."""
+        self._finished_last_step: set[str] = set()
+        """Requests the last apply finished: a sample of theirs launched meanwhile is
+        discarded without a second finish update."""
         self.started_at = time.monotonic()
         self.num_integrity_errors = 0
         """KV-pool integrity violations found (and repaired) at idle points since start."""
@@ -185,59 +193,102 @@ class LLMEngine:
 
     def has_unfinished_requests(self) -> bool:
         """True while any request waits or runs, or a launched step is still to be applied."""
-        if self._async_stepper is not None and self._async_stepper.has_in_flight:
-            return True
-        return self.scheduler.has_unfinished_requests
+        return self._in_flight is not None or self.scheduler.has_unfinished_requests
 
     # ---------------------------------------------------------------- step
 
     def step(self) -> StepResult:
-        """Schedule, run and apply one step; a failing step fails only its own requests."""
-        if self._async_stepper is not None:
-            return self._async_stepper.step()  # outputs lag one step (see async_stepper)
+        """Schedule, run and apply one step; a failing step fails only its own requests.
+
+        With async scheduling the run is pipelined (`_run_pipelined`): outputs lag one step.
+        """
         started = time.monotonic()
         try:
             plan = self.scheduler.schedule()
         except SchedulerStallError as error:  # never step empty plans forever: fail the head
             logger.error("scheduler stalled: %s", error)
             update = self.fail_request(error.request_id, error)
-            updates = [update] if update is not None else []
-            if self.scheduler.has_unfinished_requests:
-                return StepResult(updates, None)
-            return StepResult(updates, None, self.check_pool_at_idle())  # e.g. leaked blocks
+            return self._step_result([] if update is None else [update], None)
         scheduled = time.monotonic()
+        if self.async_scheduling:
+            return self._run_pipelined(plan, started, scheduled)
+        return self._run_sync(plan, started, scheduled)
+
+    def _run_sync(self, plan: SchedulerOutput, started: float, scheduled: float) -> StepResult:
+        """Run a plan to the end, then apply its samples."""
         if plan.is_empty:
             return StepResult([], None)
+        launched = LaunchedStep.of(plan)
         try:
             output = self.runner.execute(plan)
         except Exception as error:  # a bad batch must not take the engine down
-            logger.exception("step failed; failing its %d requests", len(plan.chunks))
-            return StepResult(self.fail_plan(plan, error), None)
-        before = {chunk.request.request_id: chunk.request.num_tokens for chunk in plan.chunks}
-        kv_context_tokens = sum(
-            chunk.request.num_computed_tokens + chunk.num_new_tokens for chunk in plan.chunks
+            return self._step_result(self._fail(error, plan), None)
+        return self._step_result(*self._apply(launched, output, started, scheduled))
+
+    def _run_pipelined(self, plan: SchedulerOutput, started: float, scheduled: float) -> StepResult:
+        """Launch a plan, then apply the previous one's samples (async scheduling).
+
+        The host prepares plan N+1 while the device runs plan N, so in the steady state it
+        never waits for the device; the launched plan's tokens are counted at once, with a
+        placeholder per sample, and a sample taken past a stop is discarded.
+        """
+        previous, self._in_flight = self._in_flight, None
+        if plan.is_empty and previous is None:
+            return StepResult([], None)
+        updates: list[RequestUpdate] = []
+        launched = None if plan.is_empty else LaunchedStep.of(plan)
+        if launched is not None:
+            try:
+                launched.pending = self.runner.launch(plan)
+            except Exception as error:  # a bad batch fails its own requests only
+                updates += self._fail(error, plan)
+                launched = None
+        stats = None
+        if previous is not None:
+            try:
+                output = previous.pending.resolve()
+            except Exception as error:  # the launched plan's inputs came from this step
+                failed = [previous.plan] if launched is None else [previous.plan, plan]
+                updates += self._fail(error, *failed)
+                launched = None
+            else:
+                applied, stats = self._apply(previous, output, started, scheduled)
+                updates += applied
+        if launched is not None:
+            launched.placeholder_ids = self.scheduler.advance_in_flight(plan)
+            self._in_flight = launched
+        return self._step_result(updates, stats)
+
+    def _apply(
+        self, step: LaunchedStep, output: RunnerOutput, started: float, scheduled: float
+    ) -> tuple[list[RequestUpdate], StepStats]:
+        """Apply a step's samples, in either mode; returns its updates and figures.
+
+        `schedule_s` and `total_s` are the calling step's; `forward_s` of a pipelined step
+        is its launch plus the wait for its samples, which tends to zero, as is the point.
+        """
+        plan = step.plan
+        ended_before = {c.request.request_id for c in plan.chunks if c.request.is_finished}
+        self.scheduler.update_from_output(plan, output.sampled_token_ids, step.placeholder_ids)
+        updates, self._finished_last_step = request_updates(
+            plan, output.logprobs, ended_before, self._finished_last_step
         )
-        self.scheduler.update_from_output(plan, output.sampled_token_ids)
-        updates = []
-        for chunk in plan.chunks:
-            request = chunk.request
-            num_new = request.num_tokens - before[request.request_id]
-            if num_new == 0 and not request.is_finished:
-                continue
-            logprob = output.logprobs.get(request.request_id)
-            updates.append(
-                RequestUpdate(
-                    request,
-                    request.all_token_ids[request.num_tokens - num_new :],
-                    [logprob] if logprob is not None and num_new else None,
-                )
-            )
         stats = step_stats(
-            plan, self.scheduler, output, started, scheduled, time.monotonic(), kv_context_tokens
-        )
+            plan, self.scheduler, output, started, scheduled, time.monotonic(),
+            step.kv_context_tokens,
+        )  # fmt: skip
+        return updates, stats
+
+    def _fail(self, error: Exception, *plans: SchedulerOutput) -> list[RequestUpdate]:
+        """The one failure path: log `error` and end every request of `plans` with it."""
+        logger.exception("step failed; failing its %d requests", sum(len(p.chunks) for p in plans))
+        return [update for plan in plans for update in self.fail_plan(plan, error)]
+
+    def _step_result(self, updates: list[RequestUpdate], stats: StepStats | None) -> StepResult:
+        """The step's result; the one idle point: with nothing left to run, check the pool."""
         integrity_error = None
-        if not self.scheduler.has_unfinished_requests:
-            integrity_error = self.check_pool_at_idle()
+        if not self.has_unfinished_requests():
+            integrity_error = self.check_pool_at_idle()  # e.g. blocks leaked by a bug
         return StepResult(updates, stats, integrity_error)
 
     def check_pool_at_idle(self) -> KVCacheIntegrityError | None:

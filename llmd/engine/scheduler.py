@@ -220,36 +220,49 @@ class Scheduler:
     # ------------------------------------------------------------ after the step
 
     def update_from_output(
-        self, output: SchedulerOutput, sampled_token_ids: dict[str, int]
+        self,
+        output: SchedulerOutput,
+        sampled_token_ids: dict[str, int],
+        placeholder_ids: set[str] | None = None,
     ) -> list[Request]:
-        """Advance computed tokens, append samples, apply stop rules; returns finished requests."""
+        """Advance computed tokens, append samples, apply stop rules; returns finished requests.
+
+        The one post-step path of both scheduling modes. `placeholder_ids` is the async hook:
+        None for a synchronous step, whose tokens are counted here; for a launched step
+        (`advance_in_flight` counted its tokens at launch), the requests whose placeholder
+        a sample replaces. A request that ended meanwhile (a stop found in the previous
+        step, an abort, a stop string) has its sample discarded, as its placeholder was when
+        it finished (`Request.finish`): no token is ever emitted past a stop.
+        """
         now = time.monotonic()
         finished: list[Request] = []
         for chunk in output.chunks:
             request = chunk.request
             if request.is_finished:
                 continue  # ended from outside while the step ran
-            request.num_computed_tokens += chunk.num_new_tokens
+            if placeholder_ids is None:
+                request.num_computed_tokens += chunk.num_new_tokens
             self.block_manager.cache_full_blocks(request)
             if not chunk.is_sampling:
                 continue
             token_id = sampled_token_ids[request.request_id]
-            request.append_token(token_id, now)
+            if placeholder_ids is not None and request.request_id in placeholder_ids:
+                request.resolve_pending_token(token_id, now)
+            else:
+                request.append_token(token_id, now)
             reason, stop_reason = check_stop(request, token_id, self.config.max_model_len)
             if reason is not None:
                 self.finish_request(request.request_id, reason, stop_reason, now)
                 finished.append(request)
         return finished
 
-    # ------------------------------------------------------------ async scheduling
-
     def advance_in_flight(self, output: SchedulerOutput) -> set[str]:
-        """Count a launched step's tokens as computed before its samples are read.
+        """Count a launched step's tokens as computed before its samples are read (async hook).
 
         Each sampling request gets a `PENDING_TOKEN_ID` placeholder, so the next plan
         schedules its decode (whose input the runner takes from the device), unless the
         sample must end the request by length: it then waits, unscheduled, for it.
-        Returns the ids of the requests given a placeholder.
+        Returns the ids of the requests given a placeholder, for `update_from_output`.
         """
         pending_ids: set[str] = set()
         for chunk in output.chunks:
@@ -263,36 +276,6 @@ class Scheduler:
                 request.all_token_ids.append(PENDING_TOKEN_ID)
                 pending_ids.add(request.request_id)
         return pending_ids
-
-    def resolve_in_flight(
-        self, output: SchedulerOutput, sampled_token_ids: dict[str, int], pending_ids: set[str]
-    ) -> list[Request]:
-        """Apply a launched step's samples (see `advance_in_flight`); returns finished requests.
-
-        A request that ended meanwhile (a stop found in the previous step, an abort, a
-        stop string) has its sample discarded, as its placeholder was when it finished
-        (`Request.finish`): no token is ever emitted past a stop.
-        """
-        now = time.monotonic()
-        finished: list[Request] = []
-        for chunk in output.chunks:
-            request = chunk.request
-            if request.is_finished:
-                continue
-            if not chunk.is_sampling:
-                self.block_manager.cache_full_blocks(request)
-                continue
-            token_id = sampled_token_ids[request.request_id]
-            if request.request_id in pending_ids:
-                request.resolve_pending_token(token_id, now)
-            else:
-                request.append_token(token_id, now)
-            self.block_manager.cache_full_blocks(request)
-            reason, stop_reason = check_stop(request, token_id, self.config.max_model_len)
-            if reason is not None:
-                self.finish_request(request.request_id, reason, stop_reason, now)
-                finished.append(request)
-        return finished
 
     # ------------------------------------------------------------ state
 

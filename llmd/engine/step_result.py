@@ -1,7 +1,7 @@
 """What one engine step produced: `RequestUpdate`s, its `StepStats`, an idle-point pool error.
 
-Shared by `LLMEngine` and `AsyncStepper`, so that neither imports the other for its
-result types and both report a step's figures the same way (`step_stats`).
+Pure functions of a plan and its requests (`request_updates`, `step_stats`), so that the
+synchronous and the pipelined step report tokens, ends and figures by the same rules.
 """
 
 from __future__ import annotations
@@ -44,6 +44,38 @@ class StepResult:
     """Set when the idle-point pool check failed this step (the pool was then rebuilt)."""
 
 
+def request_updates(
+    plan: SchedulerOutput,
+    logprobs: dict[str, TokenLogprob],
+    ended_before: set[str],
+    reported_ended: set[str],
+) -> tuple[list[RequestUpdate], set[str]]:
+    """The updates of a plan whose samples were just applied, and the ids it ended.
+
+    One per sampling request (its new token) and one without tokens per request that
+    ended from outside while the step ran (`ended_before`), unless its end was reported
+    already (`reported_ended`: the previous apply's ids, whose next sample a pipelined
+    step had launched meanwhile), so that every request ends exactly once.
+    """
+    updates = []
+    ended_now: set[str] = set()
+    for chunk in plan.chunks:
+        request = chunk.request
+        request_id = request.request_id
+        if request_id in ended_before:
+            if request_id not in reported_ended:
+                updates.append(RequestUpdate(request, []))
+            continue
+        if not chunk.is_sampling:
+            continue
+        logprob = logprobs.get(request_id)
+        new_logprobs = None if logprob is None else [logprob]
+        updates.append(RequestUpdate(request, [request.all_token_ids[-1]], new_logprobs))
+        if request.is_finished:
+            ended_now.add(request_id)
+    return updates, ended_now
+
+
 def step_stats(
     plan: SchedulerOutput,
     scheduler: Scheduler,
@@ -55,7 +87,7 @@ def step_stats(
 ) -> StepStats:
     """A step's token counts and phase times, from its plan and the runner's output.
 
-    Shared by the synchronous step and the async stepper, so both report the same figures.
+    Shared by the synchronous and the pipelined step, so both report the same figures.
     """
     num_decode = plan.num_decode_tokens
     return StepStats(
