@@ -16,7 +16,7 @@ from typing import Any
 
 import zmq
 
-from llmd.daemon.admission import Admission
+from llmd.daemon.admission import admission_for
 from llmd.daemon.connection_gate import ConnectionGate
 from llmd.daemon.cpu_placement import CpuPlacement, pin_current_thread
 from llmd.daemon.daemon_status import daemon_facts, health_reply
@@ -34,6 +34,7 @@ from llmd.daemon.outbox import (
     Send,
     SnapshotReady,
 )
+from llmd.daemon.prompt_limits import PromptLimits
 from llmd.daemon.router_socket import LINGER_MS, bind_router
 from llmd.daemon.routes import RouteTable
 from llmd.daemon.serve_options import ServeOptions
@@ -97,31 +98,34 @@ class Daemon:
         self.started_at = time.monotonic()
         self.instance_id = uuid.uuid4().hex[:16]
         """Random per start, in `accepted` and `health`: clients see a restart by it."""
-        # Measuring the host's peaks runs torch: on the engine's thread, or this thread
-        # would start a second OpenMP pool (see engine_thread.py).
-        self.metrics = (
-            serving_metrics(engine, options)
-            if engine_thread is None
-            else engine_thread.call(serving_metrics, engine, options)
-        )
+        # The engine's facts (all the daemon reads of it but the request API) and the host's
+        # peaks: measuring them runs torch, so on the engine's thread when there is one, or
+        # this thread would start a second OpenMP pool (see engine_thread.py).
+        if engine_thread is None:
+            self.facts = engine.facts()
+            self.metrics = serving_metrics(self.facts, options)
+        else:
+            self.facts = engine_thread.call(engine.facts)
+            self.metrics = engine_thread.call(serving_metrics, self.facts, options)
         self.outbox = Outbox()
-        admission = None
-        if options.admission == "slo" and options.slo_ttft_ms is not None:
-            tpot_s = None if options.slo_tpot_ms is None else options.slo_tpot_ms / 1000
-            admission = Admission(options.slo_ttft_ms / 1000, tpot_s)
         self.engine_loop = EngineLoop(
             engine,
             self.metrics,
             self._on_engine_batch,
             lambda m: self.outbox.post(EngineDied(m)),
-            admission,
+            admission_for(options),
             (lambda report: self.outbox.post(EngineWarm(report.seconds)))
             if options.is_warmup_enabled
             else None,
             engine_thread,  # the thread that loaded the engine steps it (`llmd serve`)
         )
         self.text_worker = TextWorker(
-            engine, self.engine_loop, self.outbox, self.metrics, self.instance_id
+            engine.tokenizer,
+            PromptLimits(self.facts.vocab_size, self.facts.max_model_len),
+            self.engine_loop,
+            self.outbox,
+            self.metrics,
+            self.instance_id,
         )
         self.routes = RouteTable()
         self.stats = StatsPublisher(
@@ -178,7 +182,7 @@ class Daemon:
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
         poller.register(self.outbox.fileno(), zmq.POLLIN)
-        logger.info("serving %s on %s (pid %d)", self.engine.model_name, self.address, os.getpid())
+        logger.info("serving %s on %s (pid %d)", self.facts.model, self.address, os.getpid())
         try:
             while not self._is_stopped:
                 events = dict(poller.poll(self.stats.poll_timeout_ms(POLL_INTERVAL_MS)))
