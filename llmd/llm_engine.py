@@ -11,14 +11,17 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterable
 
 from llmd.batch_limits import USAGE_OFFLINE, resolve_batch_limits
 from llmd.config import EngineConfig, SchedulerConfig, default_model_dir
 from llmd.engine.block_manager import BlockManager
+from llmd.engine.engine_snapshot import EngineFacts, EngineSnapshot, SnapshotScope
 from llmd.engine.launched_step import LaunchedStep
 from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.scheduler_output import SchedulerOutput
+from llmd.engine.snapshot_collector import collect_snapshot
 from llmd.engine.step_result import RequestUpdate, StepResult, request_updates, step_stats
 from llmd.engine.step_stats import StepStats
 from llmd.engine.tokenizer import Tokenizer, load_tokenizer, read_generation_eos_token_ids
@@ -323,6 +326,41 @@ class LLMEngine:
             return None
         request.error_message = f"{type(error).__name__}: {error}"
         return RequestUpdate(request, [])
+
+    # ---------------------------------------------------------------- reading
+
+    def facts(self) -> EngineFacts:
+        """What does not change while serving: model, device, limits and the KV pool."""
+        shape = self.shape
+        return EngineFacts(
+            model=self.model_name,
+            device=self.device,
+            dtype=self.dtype,
+            device_name=self.device_name,
+            max_model_len=self.max_model_len,
+            num_params=shape.num_params,
+            vocab_size=shape.vocab_size,
+            hidden_size=shape.hidden_size,
+            num_layers=shape.num_layers,
+            num_kv_heads=shape.num_kv_heads,
+            head_dim=shape.head_dim,
+            is_tied=shape.tie_word_embeddings,
+            scheduling_policy=self.config.scheduling_policy,
+            max_num_batched_tokens=self.scheduler.config.max_num_batched_tokens,
+            max_num_seqs=self.config.max_num_seqs,
+            block_size=self.config.block_size,
+            num_blocks=self.runner.num_blocks,
+            attention_backend=self.runner.backend.name,
+            async_scheduling=self.async_scheduling,
+        )
+
+    def snapshot(
+        self, scope: SnapshotScope | None = None, recent: Iterable[Request] = ()
+    ) -> EngineSnapshot:
+        """The live state between two steps: queues, KV use and what `scope` asks for (by
+        default nothing more). Only the thread that steps may call it, as the scheduler
+        changes during a step; `recent` are finished requests the caller kept, for rows."""
+        return collect_snapshot(self.scheduler, scope or SnapshotScope(), recent)
 
 
 def _config_eos_token_ids(hf_config, model_path) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from llmd.engine.ended_request import EndedRequest
 from llmd.engine.request import Request
 from llmd.wait_breakdown import WaitBreakdown
 
@@ -47,6 +48,22 @@ class RequestMetrics:
         `num_output_tokens` counts only the first tokens (those delivered before a stop
         string that matched outside the engine), whatever was sampled after them.
         """
+        return cls._derive(request, request.waits.breakdown(request), num_output_tokens)
+
+    @classmethod
+    def from_ended(
+        cls, ended: EndedRequest, num_output_tokens: int | None = None
+    ) -> RequestMetrics:
+        """`from_request` for a request's frozen final state (the daemon's text thread)."""
+        return cls._derive(ended, ended.waits, num_output_tokens)
+
+    @classmethod
+    def _derive(
+        cls,
+        request: Request | EndedRequest,
+        waits: WaitBreakdown,
+        num_output_tokens: int | None,
+    ) -> RequestMetrics:
         times = request.times
         token_times = times.token_times[:num_output_tokens]  # a copy: the engine may truncate
         itl = tuple(b - a for a, b in itertools.pairwise(token_times))
@@ -63,7 +80,7 @@ class RequestMetrics:
             tpot=decode_time / (len(token_times) - 1) if decode_time is not None else None,
             e2e=_span(times.arrival, times.finished),
             itl=itl,
-            waits=request.waits.breakdown(request),
+            waits=waits,
         )
 
     def to_dict(self) -> dict:

@@ -10,6 +10,7 @@ import types
 
 from llmd.daemon import engine_state
 from llmd.engine.block_manager import BlockManager
+from llmd.engine.engine_snapshot import BlockMapCopy
 from llmd.metrics.block_map import CACHED, FREE, SHARED, encode_block_map
 
 NUM_BLOCKS = 87_000
@@ -25,9 +26,6 @@ for i, start in enumerate(range(0, 64_000, 1000)):
 for b in range(64_000, 84_000):
     manager.blocks[b].block_hash = b.to_bytes(8, "little")
     manager.cached_blocks[manager.blocks[b].block_hash] = manager.blocks[b]
-engine = types.SimpleNamespace(
-    block_manager=manager, scheduler=types.SimpleNamespace(running=running)
-)
 
 
 def old_walk():  # the block_map(engine) of commit 8ea5a96, on the engine thread
@@ -48,10 +46,10 @@ def old_walk():  # the block_map(engine) of commit 8ea5a96, on the engine thread
 
 
 def new_copy():  # what the engine thread does now
-    return engine_state.BlockMapCopy(
+    return BlockMapCopy(
         manager.num_blocks,
-        list(manager.cached_blocks.values()),
-        [(r.request_id, list(r.block_ids)) for r in running if r.block_ids],
+        tuple([block.block_id for block in manager.cached_blocks.values()]),
+        tuple((r.request_id, tuple(r.block_ids)) for r in running if r.block_ids),
     )
 
 

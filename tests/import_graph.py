@@ -165,9 +165,12 @@ class SourceTree:
         self.packages = {m for m, p in self.paths.items() if p.name == "__init__.py"}
         self._loaded: dict[str, dict[str, tuple[Import, ...]]] = {}
         self.readers: dict[str, ModuleReader] = {}
+        self.syntax: dict[str, ast.Module] = {}
+        """Each module's parsed source, for rules that read more than imports."""
         for module, path in self.paths.items():
             reader = ModuleReader(self, module)
-            reader.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+            self.syntax[module] = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            reader.visit(self.syntax[module])
             self.readers[module] = reader
 
     def where(self, module: str, line: int) -> str:

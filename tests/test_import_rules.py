@@ -3,11 +3,12 @@
 They keep docs/ARCHITECTURE.md's map true: (a) the control plane loads no heavy library at
 import time; (b) the client, protocol and TUI import nothing of the engine side; (c) the TUI
 imports no CLI command code; (d) the daemon imports no CLI; (e) no llmd modules import each
-other in a cycle, lazy imports included; (f) no module uses another module's private names.
-b-d hold at any level (a lazy import counts) and through whatever the imported module
-loads. Every rule also runs on a small synthetic package with known violations, so a rule
-that stops detecting anything fails as well. There is no list of project exceptions: a
-violation is fixed in the code.
+other in a cycle, lazy imports included; (f) no module uses another module's private names;
+(g) the daemon reads no scheduler, block manager or runner (only the engine's `facts()`,
+`snapshot()` and request API). b-d hold at any level (a lazy import counts) and through
+whatever the imported module loads. Every rule also runs on a small synthetic package with
+known violations, so a rule that stops detecting anything fails as well. There is no list
+of project exceptions: a violation is fixed in the code.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ HEAVY = ("torch", "triton", "numpy", "transformers")
 WIRE_ONLY = ("llmd.client", "llmd.protocol", "llmd.tui")
 ENGINE_SIDE = ("torch", "llmd.daemon", "llmd.engine", "llmd.runner", "llmd.llm_engine")
 CLI = ("llmd.cli", "llmd.cli_options")
+ENGINE_INTERNALS = ("scheduler", "block_manager", "runner")
+"""The engine's parts that only llm_engine.py (and the engine package) may reach into."""
 
 OTHER_LIBRARIES_PRIVATE_API = {
     "torch.ops.": "PyTorch's internal ops (mkldnn's prepacked linear) are named `_op`, and "
@@ -131,6 +134,19 @@ def private_accesses(tree: SourceTree) -> list[str]:
     return violations
 
 
+def engine_internal_reads(tree: SourceTree, scope: tuple[str, ...]) -> list[str]:
+    """Rule g: `x.scheduler`, `x.block_manager` or `x.runner` read anywhere in `scope`.
+
+    By attribute name alone, whatever `x` is: in the daemon no other object has them.
+    """
+    violations = []
+    for module in tree.modules(scope):
+        for node in ast.walk(tree.syntax[module]):
+            if isinstance(node, ast.Attribute) and node.attr in ENGINE_INTERNALS:
+                violations.append(f"{tree.where(module, node.lineno)} reads {ast.unparse(node)}")
+    return sorted(violations)
+
+
 @pytest.fixture(scope="module")
 def llmd_tree() -> SourceTree:
     return SourceTree(REPO_ROOT)
@@ -164,6 +180,10 @@ def test_no_cross_module_private_access(llmd_tree):
     check(private_accesses(llmd_tree))
 
 
+def test_daemon_reads_no_scheduler_block_manager_or_runner(llmd_tree):
+    check(engine_internal_reads(llmd_tree, ("llmd.daemon",)))
+
+
 SYNTHETIC = {
     "llmd/__init__.py": "",
     "llmd/cli.py": "import click\n",
@@ -171,6 +191,10 @@ SYNTHETIC = {
     "llmd/heavy.py": "import numpy.linalg\n",
     "llmd/daemon/__init__.py": "",
     "llmd/daemon/main.py": "def main():\n    from llmd import cli\n",
+    "llmd/daemon/peek.py": (
+        "def f(engine, loop):\n"
+        "    return engine.scheduler.waiting, loop.engine.runner, engine.facts().num_blocks\n"
+    ),
     "llmd/commands/__init__.py": "",
     "llmd/commands/helper.py": "",
     "llmd/tui/__init__.py": "",
@@ -224,6 +248,10 @@ def test_rules_catch_known_violations(synthetic_tree):
         "import cycle among llmd.a, llmd.b: llmd/a.py:1 `import llmd.b` (module); "
         "llmd/b.py:2 `import llmd.a` (function in f)"
     ]  # c <-> d is no cycle: c imports d only for type checking
+    assert engine_internal_reads(tree, ("llmd.daemon",)) == [
+        "llmd/daemon/peek.py:2 reads engine.scheduler",
+        "llmd/daemon/peek.py:2 reads loop.engine.runner",
+    ]
     assert private_accesses(tree) == [
         "llmd/p.py:2 imports another module's llmd.q._helper",
         "llmd/p.py:9 uses engine._hidden",

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterable
 from typing import Protocol
 
+from llmd.daemon.serve_options import ServeOptions
 from llmd.errors import OverloadedError
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,11 @@ class QueuedRequest(Protocol):
 
     num_prompt_tokens: int
     num_computed_tokens: int
+
+
+def backlog_tokens(queued: Iterable[QueuedRequest]) -> int:
+    """Prompt tokens still to prefill over `queued`."""
+    return sum(max(0, r.num_prompt_tokens - r.num_computed_tokens) for r in queued)
 
 
 class Admission:
@@ -82,11 +88,13 @@ class Admission:
 
     def estimated_wait_s(self, queued: Iterable[QueuedRequest], num_prompt_tokens: int) -> float:
         """Seconds until a new prompt's prefill would end, behind the prefill work queued."""
+        return self._wait_behind_s(backlog_tokens(queued), num_prompt_tokens)
+
+    def _wait_behind_s(self, num_backlog_tokens: int, num_prompt_tokens: int) -> float:
         rate = self.prefill_tokens_per_s
         if rate is None:
             return 0.0  # nothing measured yet: admit, and learn from the steps
-        ahead = sum(max(0, r.num_prompt_tokens - r.num_computed_tokens) for r in queued)
-        return (ahead + num_prompt_tokens) / rate
+        return (num_backlog_tokens + num_prompt_tokens) / rate
 
     def check(
         self,
@@ -96,6 +104,16 @@ class Admission:
         num_running: int = 0,
     ) -> OverloadedError | None:
         """The refusal for a request that has waited `waited_s` already, or None to admit."""
+        return self.check_backlog(backlog_tokens(queued), num_prompt_tokens, waited_s, num_running)
+
+    def check_backlog(
+        self,
+        num_backlog_tokens: int,
+        num_prompt_tokens: int,
+        waited_s: float,
+        num_running: int = 0,
+    ) -> OverloadedError | None:
+        """`check`, given the prefill tokens queued ahead (`EngineSnapshot.backlog_tokens`)."""
         step_s = self._decode_step_s
         tpot_s = self.tpot_target_s
         if num_running and tpot_s is not None and step_s is not None and step_s > HEADROOM * tpot_s:
@@ -105,7 +123,7 @@ class Admission:
                 "TPOT target (--admission slo); retry later"
             )
         budget_s = HEADROOM * self.ttft_target_s - waited_s
-        wait_s = self.estimated_wait_s(queued, num_prompt_tokens)
+        wait_s = self._wait_behind_s(num_backlog_tokens, num_prompt_tokens)
         if wait_s <= budget_s:
             return None
         self._count("ttft")
@@ -134,3 +152,11 @@ class Admission:
             )
             self._last_log = now
             self._num_unlogged = 0
+
+
+def admission_for(options: ServeOptions) -> Admission | None:
+    """The daemon's admission policy: SLO admission with `--admission slo`, else none."""
+    if options.admission != "slo" or options.slo_ttft_ms is None:
+        return None
+    tpot_s = None if options.slo_tpot_ms is None else options.slo_tpot_ms / 1000
+    return Admission(options.slo_ttft_ms / 1000, tpot_s)

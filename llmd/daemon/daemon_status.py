@@ -19,7 +19,7 @@ def daemon_facts(daemon: Any) -> dict[str, Any]:
     gate = daemon.gate
     admission = daemon.engine_loop.admission
     return {
-        **engine_facts(daemon.engine),
+        **engine_facts(daemon.facts),
         "pid": os.getpid(),
         "address": str(daemon.address),
         "instance_id": daemon.instance_id,
@@ -52,7 +52,7 @@ def health_reply(daemon: Any, peer: bytes, request: HealthRequest) -> HealthRepl
         status=daemon.state,
         is_healthy=daemon.state == "ok",
         pid=os.getpid(),
-        model=daemon.engine.model_name,
+        model=daemon.facts.model,
         address=str(daemon.address),
         uptime_s=time.monotonic() - daemon.started_at,
         num_in_flight=len(daemon.routes),

@@ -1,7 +1,7 @@
 """What the daemon reports about the engine it serves: static facts and the metrics sink.
 
-Built once at start-up from the engine's model shape, device and config, so that the I/O
-thread's stats snapshots and the roofline figures read the same numbers.
+Built once at start-up from the engine's `EngineFacts` (`LLMEngine.facts()`), so that the
+I/O thread's stats snapshots and the roofline figures read the same numbers.
 """
 
 from __future__ import annotations
@@ -10,62 +10,62 @@ from typing import Any
 
 from llmd import __version__
 from llmd.daemon.serve_options import ServeOptions
+from llmd.engine.engine_snapshot import EngineFacts
 from llmd.metrics import ServingMetrics
 from llmd.metrics.device_peaks import DevicePeaks, published_peaks
 from llmd.metrics.roofline import DTYPE_BYTES, ModelCost
 from llmd.protocol import PROTOCOL_VERSION
 
 
-def device_peaks(engine: Any) -> DevicePeaks:
+def device_peaks(facts: EngineFacts) -> DevicePeaks:
     """Datasheet peaks for a known GPU; on CPU, copy bandwidth and GEMM rate measured now."""
-    peaks = published_peaks(engine.device_name, engine.dtype)
-    if peaks.source == "unknown" and engine.device_name == "cpu":
+    peaks = published_peaks(facts.device_name, facts.dtype)
+    if peaks.source == "unknown" and facts.device_name == "cpu":
         from llmd.runner.host_peaks import measure_host_peaks
 
-        peaks = measure_host_peaks(engine.dtype)
+        peaks = measure_host_peaks(facts.dtype)
     return peaks
 
 
-def serving_metrics(engine: Any, options: ServeOptions) -> ServingMetrics:
+def serving_metrics(facts: EngineFacts, options: ServeOptions) -> ServingMetrics:
     """The daemon's metrics, with the model's cost and the device's peaks for rooflines."""
-    dtype_bytes = DTYPE_BYTES.get(engine.dtype, 4)
-    peaks = device_peaks(engine)
-    shape = engine.shape
+    dtype_bytes = DTYPE_BYTES.get(facts.dtype, 4)
+    peaks = device_peaks(facts)
     return ServingMetrics(
         window_s=options.metrics_window_s,
         slo_ttft_s=None if options.slo_ttft_ms is None else options.slo_ttft_ms / 1000,
         slo_tpot_s=None if options.slo_tpot_ms is None else options.slo_tpot_ms / 1000,
         cost=ModelCost(
-            num_params=shape.num_params,
-            vocab_size=shape.vocab_size,
-            hidden_size=shape.hidden_size,
-            is_tied=getattr(shape, "tie_word_embeddings", False),
+            num_params=facts.num_params,
+            vocab_size=facts.vocab_size,
+            hidden_size=facts.hidden_size,
+            is_tied=facts.is_tied,
         ),
         dtype_bytes=dtype_bytes,
-        kv_bytes_per_token=shape.kv_bytes_per_token(dtype_bytes),
+        kv_bytes_per_token=facts.kv_bytes_per_token(dtype_bytes),
         peak_gb_per_s=peaks.gb_per_s,
         peak_tflop_per_s=peaks.tflop_per_s,
         peak_source=peaks.source,
     )
 
 
-def engine_facts(engine: Any) -> dict[str, Any]:
+def engine_facts(facts: EngineFacts) -> dict[str, Any]:
     """The engine's part of a snapshot's "daemon" section: what does not change while serving."""
     return {
-        "model": engine.model_name,
-        "device": engine.device,
-        "dtype": engine.dtype,
-        "max_model_len": engine.max_model_len,
-        "num_params": engine.shape.num_params,
-        "vocab_size": engine.shape.vocab_size,
-        "device_name": engine.device_name,
-        "scheduling_policy": engine.config.scheduling_policy,
-        "max_num_batched_tokens": engine.scheduler.config.max_num_batched_tokens,
-        "max_num_seqs": engine.config.max_num_seqs,
-        "block_size": engine.config.block_size,
-        "num_blocks": engine.runner.num_blocks,
-        "attention_backend": engine.runner.backend.name,
-        "async_scheduling": engine.async_scheduling,
+        "model": facts.model,
+        "device": facts.device,
+        "dtype": facts.dtype,
+        "max_model_len": facts.max_model_len,
+        "num_params": facts.num_params,
+        "vocab_size": facts.vocab_size,
+        "device_name": facts.device_name,
+        "scheduling_policy": facts.scheduling_policy,
+        "max_num_batched_tokens": facts.max_num_batched_tokens,
+        "max_num_seqs": facts.max_num_seqs,
+        "block_size": facts.block_size,
+        "num_blocks": facts.num_blocks,
+        "attention_backend": facts.attention_backend,
+        "async_scheduling": facts.async_scheduling,
         "version": __version__,
         "protocol_version": PROTOCOL_VERSION,
     }

@@ -1,28 +1,29 @@
 """The engine thread: drains a command queue between steps and does nothing else but step.
 
-Adds, aborts and finishes arrive from other threads through a queue, so the scheduler
-is only ever touched here; step results go to the text thread, which turns them into
-messages, so the device never waits for tokenizers or sockets.
+Commands (`engine_commands.py`) arrive from other threads through a queue, so the engine
+is only ever touched here, through its public API (add, abort, finish, step, snapshot);
+each iteration's results go to the text thread as an `EngineBatch` of frozen records,
+which it turns into messages, so the device never waits for tokenizers or sockets.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import queue
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from llmd.daemon.admission import Admission
+from llmd.daemon.engine_batch import EngineBatch, UpdateRecord
+from llmd.daemon.engine_commands import AbortCommand, AddCommand, FinishCommand, SnapshotCommand
 from llmd.daemon.engine_state import collect_engine_state
 from llmd.daemon.engine_thread import EngineThread
-from llmd.engine.request import FinishReason, Request
+from llmd.engine.ended_request import EndedRequest
+from llmd.engine.engine_snapshot import EngineSnapshot, SnapshotScope
+from llmd.engine.request import Request
 from llmd.errors import LLMDError
-from llmd.outputs import TokenLogprob
-from llmd.sampling_params import SamplingParams
 from llmd.warmup import WarmupReport, warm_up
 
 logger = logging.getLogger(__name__)
@@ -34,75 +35,8 @@ EMPTY_STEP_WAIT_S = 0.002
 NUM_RECENT_REQUESTS = 32
 MAX_COMMANDS_PER_STEP = 256
 """While requests run, at most this many queued commands run between two steps."""
-
-
-@dataclass(frozen=True)
-class AddCommand:
-    """Queue a tokenized request in the engine."""
-
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    priority: int
-    arrival_time: float
-    label: str | None = None
-    """The client's name for the request (an HTTP X-Request-Id)."""
-
-
-@dataclass(frozen=True)
-class AbortCommand:
-    """Abort a request wherever it is."""
-
-    request_id: str
-
-
-@dataclass(frozen=True)
-class FinishCommand:
-    """End a request from outside the step (a stop string matched)."""
-
-    request_id: str
-    reason: FinishReason
-    stop_reason: int | str | None = None
-    num_output_tokens: int | None = None
-    """Generated tokens delivered up to the stop; tokens the engine sampled after are dropped."""
-
-
-@dataclass(frozen=True)
-class SnapshotCommand:
-    """Collect the engine's part of a stats snapshot and pass it to `on_ready`."""
-
-    on_ready: Callable[[dict[str, Any]], None]
-    include_requests: bool = True
-    include_block_map: bool = True
-    timeline_request_ids: tuple[str, ...] = ()
-    max_requests: int = 64
-
-
-@dataclass(frozen=True)
-class UpdateRecord:
-    """A request's new tokens from one step; `is_finished` is as of that step."""
-
-    request: Request
-    new_token_ids: list[int]
-    new_logprobs: list[TokenLogprob] | None
-    is_finished: bool
-
-
-@dataclass
-class EngineBatch:
-    """What one iteration of the engine loop produced, for the text thread."""
-
-    added: list[tuple[str, int]] = field(default_factory=list)
-    """(request id, prompt tokens) of requests the engine queued."""
-    rejected: list[tuple[str, LLMDError]] = field(default_factory=list)
-    ended: list[Request] = field(default_factory=list)
-    """Requests finished from outside the step (abort, stop string); no longer mutated."""
-    updates: list[UpdateRecord] = field(default_factory=list)
-    progress: list[tuple[str, int, int]] = field(default_factory=list)
-    """(request id, computed prompt tokens, prompt tokens) of prompts still prefilling."""
-
-    def __bool__(self) -> bool:
-        return bool(self.added or self.rejected or self.ended or self.updates or self.progress)
+BACKLOG_SCOPE = SnapshotScope(include_backlog=True)
+"""What admission reads of the engine: the prefill tokens queued ahead of a new request."""
 
 
 def label_text(label: str | None) -> str:
@@ -274,15 +208,26 @@ class EngineLoop:
         """Admission's refusal of a new request, or None (always None without a policy)."""
         if self.admission is None:
             return None
-        scheduler = self.engine.scheduler
-        queued = itertools.chain(scheduler.waiting, scheduler.running)
+        snapshot = self._snapshot(BACKLOG_SCOPE)
+        if snapshot is None:
+            return None  # the engine's state could not be read: admit, as without a policy
         waited_s = time.monotonic() - command.arrival_time
-        num_running = len(scheduler.running)
-        return self.admission.check(queued, len(command.prompt_token_ids), waited_s, num_running)
+        num_prompt_tokens = len(command.prompt_token_ids)
+        return self.admission.check_backlog(
+            snapshot.backlog_tokens or 0, num_prompt_tokens, waited_s, snapshot.queue.running
+        )
+
+    def _snapshot(self, scope: SnapshotScope | None = None) -> EngineSnapshot | None:
+        """The engine's state now, or None if reading it failed (logged; serving goes on)."""
+        try:
+            return self.engine.snapshot(scope)
+        except Exception:  # reading changes nothing, so a bug in it must not stop the engine
+            logger.exception("reading the engine's state failed")
+            return None
 
     def _ended(self, request: Request | None, batch: EngineBatch) -> None:
         if request is not None:
-            batch.ended.append(request)
+            batch.ended.append(EndedRequest.of(request))
             self._recent.append(request)
 
     def _keep_delivered_tokens(self, request_id: str, num_output_tokens: int) -> None:
@@ -301,13 +246,20 @@ class EngineLoop:
     def _collect(self, result: Any, batch: EngineBatch, idle_gap: float) -> None:
         num_generated = 0
         for update in result.updates:
-            is_finished = update.request.is_finished
+            request = update.request
+            is_finished = request.is_finished
             batch.updates.append(
-                UpdateRecord(update.request, update.new_token_ids, update.new_logprobs, is_finished)
+                UpdateRecord(
+                    request.request_id,
+                    update.new_token_ids,
+                    update.new_logprobs,
+                    is_finished,
+                    EndedRequest.of(request) if is_finished else None,
+                )
             )
             num_generated += len(update.new_token_ids)
-            if is_finished and not self._is_recent(update.request):
-                self._recent.append(update.request)
+            if is_finished and not self._is_recent(request):
+                self._recent.append(request)
         stats = result.stats
         if stats is None:
             return
@@ -320,8 +272,8 @@ class EngineLoop:
             self.admission.observe_step(
                 stats.num_prefill_tokens, stats.total_s, stats.num_decode_seqs
             )
-        if stats.num_prefill_tokens:
-            for request in self.engine.scheduler.running:
-                computed, num_prompt = request.num_computed_tokens, request.num_prompt_tokens
-                if request.num_output_tokens == 0 and 0 < computed < num_prompt:
-                    batch.progress.append((request.request_id, computed, num_prompt))
+        snapshot = self._snapshot() if stats.num_prefill_tokens else None
+        for prefill in () if snapshot is None else snapshot.prefilling:
+            batch.progress.append(
+                (prefill.request_id, prefill.num_computed_tokens, prefill.num_prompt_tokens)
+            )

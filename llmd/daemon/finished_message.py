@@ -1,7 +1,7 @@
 """A request's last message: `finished` with its usage, timings and wait breakdown.
 
-Built on the text thread from the engine's finished Request (which no longer changes) and
-the request's text-side state; one log line per request says how it ended and why it waited.
+Built on the text thread from the request's frozen final state (`EndedRequest`) and its
+text-side state; one log line per request says how it ended and why it waited.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import logging
 
 from llmd.daemon.engine_loop import label_text
 from llmd.daemon.live_request import LiveRequest
-from llmd.engine.request import FinishReason, Request
+from llmd.engine.ended_request import EndedRequest
+from llmd.engine.request import FinishReason
 from llmd.outputs import RequestMetrics
 from llmd.protocol import Finished
 from llmd.wait_breakdown import WAIT_REASONS
@@ -22,7 +23,7 @@ TIMING_NAMES = ("queue", "prefill", "ttft", "decode", "tpot", "e2e")
 
 def finished_message(
     live: LiveRequest,
-    request: Request,
+    request: EndedRequest,
     metrics: RequestMetrics,
     reason: str,
     stop_reason: int | str | None,

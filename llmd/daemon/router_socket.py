@@ -7,7 +7,9 @@ that accepting can be paused before descriptors run out.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -82,3 +84,17 @@ def bind_router(
         "descriptor limit %d: accepting at most %d connections", descriptor_limit, max_connections
     )
     return BoundRouter(socket, listener, gate)
+
+
+def close_router(router: BoundRouter | None, context: zmq.Context, address: Address) -> None:
+    """Close what `bind_router` made (if it ran) and the context, in the order libzmq needs;
+    an ipc socket file is removed, so clients fail fast instead of timing out."""
+    if router is not None:
+        router.gate.close()  # resumes accepting: libzmq must close the real socket
+        router.socket.close(linger=LINGER_MS)
+    context.term()
+    if router is not None:
+        router.listener.close()
+    if address.scheme == "ipc":
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address.path)

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from llmd.daemon.engine_loop import EngineLoop, SnapshotCommand
-from llmd.daemon.engine_state import block_map
+from llmd.daemon.engine_commands import SnapshotCommand
+from llmd.daemon.engine_loop import EngineLoop
+from llmd.daemon.engine_state import block_map, row_dicts, timeline_dict
 from llmd.daemon.outbox import Outbox, SnapshotReady
 from llmd.daemon.routes import RouteTable
 from llmd.errors import OverloadedError
@@ -186,10 +187,11 @@ class StatsPublisher:
     def _split(self, engine_state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The part every snapshot shares, and the optional parts, built once."""
         engine_state = dict(engine_state)
+        timelines = engine_state.pop("timelines", {})
         parts: dict[str, Any] = {
-            "timelines": engine_state.pop("timelines", {}),
-            "requests": engine_state.pop("requests", None),
-            "recent": engine_state.pop("recent", None),
+            "timelines": {key: timeline_dict(value) for key, value in timelines.items()},
+            "requests": row_dicts(engine_state.pop("requests", None)),
+            "recent": row_dicts(engine_state.pop("recent", None)),
             "num_requests": engine_state.pop("num_requests", None),
         }
         copy = engine_state.pop("block_map_copy", None)

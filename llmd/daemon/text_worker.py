@@ -14,15 +14,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from llmd.daemon.engine_loop import (
-    AbortCommand,
-    AddCommand,
-    EngineBatch,
-    EngineLoop,
-    FinishCommand,
-    UpdateRecord,
-    label_text,
-)
+from llmd.daemon.engine_batch import EngineBatch, UpdateRecord
+from llmd.daemon.engine_commands import AbortCommand, AddCommand, FinishCommand
+from llmd.daemon.engine_loop import EngineLoop, label_text
 from llmd.daemon.finished_message import (
     finished_message,
     log_finished,
@@ -33,7 +27,8 @@ from llmd.daemon.outbox import Outbox, Send
 from llmd.daemon.prompt_limits import PromptLimits
 from llmd.daemon.thread_names import name_os_thread
 from llmd.engine.detokenizer import IncrementalDetokenizer
-from llmd.engine.request import FinishReason, Request
+from llmd.engine.ended_request import EndedRequest
+from llmd.engine.request import FinishReason
 from llmd.errors import EngineDeadError, LLMDError
 from llmd.outputs import RequestMetrics
 from llmd.protocol import (
@@ -87,13 +82,14 @@ class TextWorker:
 
     def __init__(
         self,
-        engine: Any,
+        tokenizer: Any,
+        limits: PromptLimits,
         engine_loop: EngineLoop,
         outbox: Outbox,
         metrics: Any,
         instance_id: str | None = None,
     ):
-        self.tokenizer = engine.tokenizer
+        self.tokenizer = tokenizer
         self.instance_id = instance_id
         self.engine_loop = engine_loop
         self.outbox = outbox
@@ -102,7 +98,7 @@ class TextWorker:
         self._live: dict[str, LiveRequest] = {}
         self._tokenizing: dict[str, NewRequest] = {}
         """Requests whose prompt is in the tokenizer pool, by engine id."""
-        self.limits = PromptLimits(engine.shape.vocab_size, engine.max_model_len)
+        self.limits = limits
         self._pool = ThreadPoolExecutor(
             NUM_TOKENIZER_THREADS,
             thread_name_prefix="llmd-tokenize",
@@ -230,7 +226,7 @@ class TextWorker:
             if live is not None:
                 self._send_error(live.peer, live.client_id, error)
         for update in batch.updates:
-            self._guarded(update.request.request_id, self._on_update, update)
+            self._guarded(update.request_id, self._on_update, update)
         for engine_id, num_computed, num_prompt in batch.progress:
             live = self._live.get(engine_id)
             if live is not None and live.should_report_progress(num_computed, NUM_PROGRESS_STEPS):
@@ -253,20 +249,20 @@ class TextWorker:
     # ---------------------------------------------------------------- requests
 
     def _on_update(self, update: UpdateRecord) -> None:
-        live = self._live.get(update.request.request_id)
+        live = self._live.get(update.request_id)
         if live is None:
             return
+        ended = update.request  # the final state, once is_finished
         if live.is_ending:  # a stop string matched or an abort is on its way
-            if update.is_finished:
-                self._finish(live, update.request)
+            if ended is not None:
+                self._finish(live, ended)
             return
         live.output_token_ids.extend(update.new_token_ids)
-        request = update.request  # once is_finished, the engine no longer mutates it
         # A final EOS or stop token id ends generation but is not part of the text.
         ended_on_token = (
-            update.is_finished
-            and request.finish_reason is FinishReason.STOP
-            and not isinstance(request.stop_reason, str)
+            ended is not None
+            and ended.finish_reason is FinishReason.STOP
+            and not isinstance(ended.stop_reason, str)
         )
         delta = live.detokenizer.update(update.new_token_ids, exclude_last=ended_on_token)
         text = delta.text
@@ -290,23 +286,23 @@ class TextWorker:
         if live.stream and (text or update.new_token_ids):
             logprobs = new_logprobs if live.logprobs is not None else None
             self._send(live, TokenDelta(live.client_id, text, update.new_token_ids, logprobs))
-        if update.is_finished:
-            self._finish(live, update.request)
+        if ended is not None:
+            self._finish(live, ended)
 
-    def _on_ended(self, request: Request) -> None:
+    def _on_ended(self, request: EndedRequest) -> None:
         live = self._live.get(request.request_id)
         if live is not None:
             self._finish(live, request)
 
-    def _finish(self, live: LiveRequest, request: Request) -> None:
-        """Send the request's last message; `request` is finished and no longer changes."""
+    def _finish(self, live: LiveRequest, request: EndedRequest) -> None:
+        """Send the request's last message, from its frozen final state."""
         del self._live[live.engine_id]
         reason = request.finish_reason.value if request.finish_reason else "abort"
         stop_reason = request.stop_reason
         if live.stop_string is not None:
             reason, stop_reason = FinishReason.STOP.value, live.stop_string
         num_delivered = len(live.output_token_ids) if live.stop_string is not None else None
-        metrics = RequestMetrics.from_request(request, num_delivered)
+        metrics = RequestMetrics.from_ended(request, num_delivered)
         self.metrics.record_request(metrics, reason)
         log_finished(live, metrics, reason)
         if reason == FinishReason.ERROR.value:
