@@ -68,6 +68,9 @@ def resolve_batch_limits(config: EngineConfig, device_type: str, usage: str) -> 
 
 def describe_defaults(field_name: str) -> str:
     """A help-text summary of one limit's defaults, e.g. "cpu: 256 offline, 32 serving"."""
+    values = {getattr(limits, field_name) for limits in DEFAULT_BATCH_LIMITS.values()}
+    if len(values) == 1:
+        return str(values.pop())
     parts = []
     for device_type in ("cpu", "cuda"):
         offline = getattr(DEFAULT_BATCH_LIMITS[(device_type, USAGE_OFFLINE)], field_name)

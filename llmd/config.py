@@ -76,7 +76,7 @@ class EngineConfig:
     """Intra-op threads of the forward pass on CPU, set once at start-up; None: the cores
     this process may use ($OMP_NUM_THREADS when set)."""
     prepack_weights: bool = True
-    """On CPU, repack linear weights once into oneDNN's blocked GEMM layout (torch's default
+    """On CPU, repack linear weights once into oneDNN's blocked GEMM layout (torch's stock
     GEMM repacks them every call: 1.2-2.5x slower at decode's batch sizes). Row counts are
     padded to 22 buckets whose oneDNN primitives are built at load, so memory stays flat."""
     skip_tokenizer_init: bool = False

@@ -119,9 +119,9 @@ bench.make_checkpoint(Path('$CHECKPOINT'), shape, arch, dtype, 'cuda')
 print('saved', '$CHECKPOINT')
 "
 run_stage e2e_triton_sync 75 "$PYTHON" "${BENCH[@]}" --skip-hf --attention-backend triton \
-    --async-scheduling off --warmup-requests 16 --json "$OUT_DIR/e2e_triton_sync.json"
+    --no-async-scheduling --warmup-requests 16 --json "$OUT_DIR/e2e_triton_sync.json"
 run_stage e2e_triton_async 75 "$PYTHON" "${BENCH[@]}" --skip-hf --attention-backend triton \
-    --async-scheduling on --warmup-requests 16 --json "$OUT_DIR/e2e_triton_async.json"
+    --async-scheduling --warmup-requests 16 --json "$OUT_DIR/e2e_triton_async.json"
 
 # ---------------------------------------------------------------- host gap
 run_stage host_gap 60 "$PYTHON" scripts/bench_host_gap.py --model "$CHECKPOINT" --device cuda \
@@ -131,7 +131,7 @@ run_stage host_gap 60 "$PYTHON" scripts/bench_host_gap.py --model "$CHECKPOINT" 
 run_stage e2e_hf 90 "$PYTHON" "${BENCH[@]}" --skip-llmd --json "$OUT_DIR/e2e_hf.json"
 if [[ -n "${GPU_CHECK_TORCH_BACKEND:-}" ]]; then
     run_stage e2e_torch 90 "$PYTHON" "${BENCH[@]}" --skip-hf --attention-backend torch \
-        --async-scheduling off --json "$OUT_DIR/e2e_torch.json"
+        --no-async-scheduling --json "$OUT_DIR/e2e_torch.json"
 fi
 
 write_report

@@ -26,6 +26,8 @@ import torch
 
 from llmd.bench.triton_compiles import counting_triton_compiles
 from llmd.bench.workload import SHAPES, make_checkpoint, make_workload
+from llmd.config import ATTENTION_BACKENDS, DEVICES, DTYPES, KV_CACHE_DTYPES, EngineConfig
+from llmd.option_spec import Flag, add_argument
 
 
 def run_llmd(path: Path, workload, engine_options: dict, info: dict | None = None):
@@ -34,7 +36,6 @@ def run_llmd(path: Path, workload, engine_options: dict, info: dict | None = Non
     When `info` is given it receives what the engine ran on (device, dtype, backend, KV
     blocks, CUDA graphs captured and replayed) and the Triton kernels compiled while timed.
     """
-    from llmd.config import EngineConfig
     from llmd.llm_engine import LLMEngine
     from llmd.sampling_params import SamplingParams
 
@@ -123,6 +124,22 @@ def resolve_device_and_dtype(args) -> tuple[str, torch.dtype]:
     return device.type, resolve_dtype(args.dtype, device)
 
 
+LLMD_FLAGS = (
+    Flag("max_num_seqs", show_default="the device's offline default"),
+    Flag("max_num_batched_tokens", show_default="the device's offline default"),
+    # The 64-request workload holds up to 64 x 768 tokens of KV; 1 GiB would preempt.
+    Flag("kv_cache_memory_gib", default=4.0),
+    Flag("attention_backend", choices=ATTENTION_BACKENDS),
+    Flag("kv_cache_dtype", choices=KV_CACHE_DTYPES),
+    Flag("num_threads", show_default="the cores llmd may use"),
+    Flag("enforce_eager", is_switch=True),
+    Flag("prepack_weights"),
+    Flag("max_model_len", show_default="the model's"),
+    Flag("async_scheduling", show_default="on for CUDA, off on CPU"),
+    Flag("gpu_memory_utilization"),
+)
+"""The llmd engine flags the benchmark takes (the engine's own, from EngineConfig)."""
+
 EXAMPLES = """\
 Examples:
   llmd bench offline --num-requests 64 --repeats 3            # SmolLM2-135M shape, CPU or GPU
@@ -150,11 +167,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     add("--hf-batch-size", type=int, default=16, help="HF's static batch size.")
     add("--repeats", type=int, default=3, help="Timed runs; the report is their median.")
     add("--seed", type=int, default=0, help="Seed of the workload's lengths and tokens.")
-    add("--max-num-seqs", type=int, default=None,
-        help="llmd's most requests in one step (default: the device's offline default).")
-    add("--max-num-batched-tokens", type=int, default=None,
-        help="llmd's token budget per step (default: the device's offline default).")
-    add("--kv-cache-memory-gib", type=float, default=4.0, help="llmd's KV cache on CPU, GiB.")
     add("--skip-hf", action="store_true", help="Measure llmd only.")
     add("--skip-llmd", action="store_true", help="Measure HF only.")
     add("--json", type=Path, default=None, help="Write the runs and medians to this file.")
@@ -165,26 +177,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     add("--checkpoint-dir", type=Path, default=None,
         help="Create the random checkpoint here and keep it (reused if it has "
         "config.json).")  # fmt: skip
-    add("--device", choices=["auto", "cpu", "cuda"], default="auto",
+    add("--device", choices=DEVICES, default="auto",
         help="Where both engines run (auto: CUDA if visible).")  # fmt: skip
-    add("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
+    add("--dtype", choices=DTYPES, default="auto",
         help="Both engines' dtype (auto: llmd's choice for the device).")  # fmt: skip
-    add("--attention-backend", choices=["auto", "cpu", "torch", "triton"], default="auto",
-        help="llmd's attention backend.")  # fmt: skip
-    add("--kv-cache-dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-        help="llmd's KV cache element type (auto: the model's).")  # fmt: skip
-    add("--num-threads", type=int, default=None, help="llmd's CPU threads.")
     add("--cpu-limits", action="store_true",
         help="Also measure copy GB/s, decode attention GB/s and decode steps vs GEMM "
         "(CPU).")  # fmt: skip
-    add("--enforce-eager", action="store_true", help="No CUDA graphs in llmd.")
-    add("--prepack-weights", action=argparse.BooleanOptionalAction, default=True,
-        help="llmd on CPU runs oneDNN's GEMM on weights packed at load.")  # fmt: skip
-    add("--max-model-len", type=int, default=None, help="llmd's longest prompt+output.")
-    add("--async-scheduling", choices=["auto", "on", "off"], default="auto",
-        help="llmd's async scheduling (auto: on for CUDA, off on CPU).")  # fmt: skip
-    add("--gpu-memory-utilization", type=float, default=None,
-        help="llmd's share of the free GPU memory.")  # fmt: skip
+    for flag in LLMD_FLAGS:
+        add_argument(parser, EngineConfig, flag, help_prefix="llmd: ")
     add("--warmup-requests", type=int, default=0,
         help="Untimed llmd run of this many requests first, lengths as the workload's "
         "(compiles Triton kernels).")  # fmt: skip
@@ -211,22 +212,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             args.num_requests, shape["vocab_size"], args.seed, args.max_prompt, args.max_output
         )
         engine_options = {
-            "max_num_seqs": args.max_num_seqs,
-            "max_num_batched_tokens": args.max_num_batched_tokens,
-            "kv_cache_memory_gib": args.kv_cache_memory_gib,
+            **{flag.field: getattr(args, flag.dest_name) for flag in LLMD_FLAGS},
             "device": args.device,
             "dtype": args.dtype,
-            "attention_backend": args.attention_backend,
-            "kv_cache_dtype": args.kv_cache_dtype,
-            "enforce_eager": args.enforce_eager,
-            "num_threads": args.num_threads,
-            "prepack_weights": args.prepack_weights,
-            "async_scheduling": {"auto": None, "on": True, "off": False}[args.async_scheduling],
         }
-        if args.max_model_len is not None:
-            engine_options["max_model_len"] = args.max_model_len
-        if args.gpu_memory_utilization is not None:
-            engine_options["gpu_memory_utilization"] = args.gpu_memory_utilization
         if args.warmup_requests and not args.skip_llmd:
             # The timed run's length mix (not short outputs), so that its mixed prefill and
             # decode steps, and every Triton variant they need, have run once already.

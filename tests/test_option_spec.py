@@ -1,0 +1,93 @@
+"""Flags generated from the config dataclasses: defaults, types and help come from the field."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from llmd.bench.offline import LLMD_FLAGS, build_parser
+from llmd.cli_options import (
+    ENGINE_FLAGS,
+    ENGINE_OPTIONS,
+    SAMPLING_FLAGS,
+    SAMPLING_OPTIONS,
+    apply_options,
+    pop_engine_kwargs,
+    pop_sampling_params,
+)
+from llmd.config import EngineConfig
+from llmd.field_docs import field_docs
+from llmd.option_spec import FROM_FIELD, command_line_help
+from llmd.sampling_params import SamplingParams
+
+
+def _parsed(options: list, argv: list[str]) -> dict:
+    seen: dict = {}
+
+    @click.command()
+    @apply_options(options)
+    def command(**kwargs):
+        seen.update(kwargs)
+
+    result = CliRunner().invoke(command, argv)
+    assert result.exit_code == 0, result.output
+    return seen
+
+
+@pytest.mark.parametrize("cls", [EngineConfig, SamplingParams])
+def test_every_field_has_a_docstring(cls):
+    docs = field_docs(cls)
+    missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
+    assert missing == []
+    assert all("  " not in doc and "\n" not in doc for doc in docs.values())
+
+
+def test_no_engine_flag_builds_the_default_config():
+    assert EngineConfig(**pop_engine_kwargs(_parsed(ENGINE_OPTIONS, []))) == EngineConfig()
+
+
+def test_engine_flags_reach_their_fields_with_their_types():
+    argv = ["-m", "x", "--max-num-seqs", "5", "--kv-cache-memory-gib", "0.5",
+            "--no-enable-prefix-caching", "--enforce-eager", "--async-scheduling",
+            "--dtype", "float32"]  # fmt: skip
+    config = EngineConfig(**pop_engine_kwargs(_parsed(ENGINE_OPTIONS, argv)))
+    assert (config.model, config.max_num_seqs, config.kv_cache_memory_gib) == ("x", 5, 0.5)
+    assert not config.enable_prefix_caching and config.enforce_eager
+    assert config.async_scheduling is True and config.dtype == "float32"
+    with pytest.raises(AssertionError):  # a closed set stays closed
+        _parsed(ENGINE_OPTIONS, ["--dtype", "float8"])
+
+
+def test_sampling_flags_differ_from_the_dataclass_only_where_declared():
+    params = pop_sampling_params(_parsed(SAMPLING_OPTIONS, []))
+    overridden = {f.field: f.default for f in SAMPLING_FLAGS if f.default is not FROM_FIELD}
+    assert overridden == {"max_tokens": 128, "temperature": 0.0}
+    assert params == dataclasses.replace(SamplingParams(), **overridden)
+    argv = ["--sampling-seed", "3", "--stop", "a", "--stop", "b", "--stop-token-id", "7",
+            "-t", "0.5", "--ignore-eos"]  # fmt: skip
+    params = pop_sampling_params(_parsed(SAMPLING_OPTIONS, argv))
+    assert (params.seed, params.stop, params.stop_token_ids) == (3, ("a", "b"), (7,))
+    assert params.temperature == 0.5 and params.ignore_eos
+
+
+def test_the_offline_benchmark_takes_the_same_flags_with_one_declared_override():
+    args = build_parser().parse_args([])
+    options = {flag.field: getattr(args, flag.dest_name) for flag in LLMD_FLAGS}
+    defaults = {flag.field: getattr(EngineConfig(), flag.field) for flag in LLMD_FLAGS}
+    assert {k for k in options if options[k] != defaults[k]} == {"kv_cache_memory_gib"}
+    args = build_parser().parse_args(
+        ["--no-prepack-weights", "--async-scheduling", "--max-num-seqs", "9", "--enforce-eager"]
+    )
+    assert (args.prepack_weights, args.async_scheduling, args.max_num_seqs) == (False, True, 9)
+    assert args.enforce_eager
+    engine_fields = {flag.field for flag in ENGINE_FLAGS}
+    assert {flag.field for flag in LLMD_FLAGS} <= engine_fields
+
+
+def test_help_drops_the_python_none_clause_which_the_default_says_instead():
+    assert command_line_help("Token budget; None: the device's (see x).") == "Token budget."
+    assert command_line_help("Seed. None means random.") == "Seed."
+    assert command_line_help("Tokens per block (paging).") == "Tokens per block (paging)."
