@@ -337,7 +337,7 @@ class Daemon:
         self._send(peer, encode(message))
 
     def _reply_error(self, peer: bytes, client_id: str | None, error: LLMDError) -> None:
-        self._send_message(peer, ErrorReply(client_id, error.code, error.message, error.parameter))
+        self._send_message(peer, ErrorReply.from_error(client_id, error))
 
     def _send(self, peer: bytes, payload: bytes) -> None:
         if peer in self._gone_peers or self._socket is None:
