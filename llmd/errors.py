@@ -30,9 +30,29 @@ class InvalidParameterError(LLMDError, ValueError):
 
 
 class RequestRejectedError(LLMDError):
-    """A request can never be served with this engine (too long for the model or the KV pool)."""
+    """A request can never be served with this engine (too long for the model or the KV pool).
+
+    A refusal for `max_model_len` also carries its numbers, so a client can ask again for
+    what fits without reading the message: `max_fitting_tokens` is the largest max_tokens
+    that fits after the prompt (0 when the prompt alone fills the context). Each is None
+    when the refusal is about something else (the KV pool, an untokenized prompt text).
+    """
 
     code = "request_too_large"
+
+    def __init__(
+        self,
+        message: str,
+        parameter: str | None = None,
+        *,
+        num_prompt_tokens: int | None = None,
+        max_model_len: int | None = None,
+        max_fitting_tokens: int | None = None,
+    ) -> None:
+        super().__init__(message, parameter)
+        self.num_prompt_tokens = num_prompt_tokens
+        self.max_model_len = max_model_len
+        self.max_fitting_tokens = max_fitting_tokens
 
 
 class UnsupportedModelError(LLMDError):

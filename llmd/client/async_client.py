@@ -1,42 +1,30 @@
 """The asyncio client: the same API as Client with coroutines and async iterators.
 
-One reader task receives everything on the socket and hands each message to the queue
-of the request it answers, so any number of coroutines can stream at once.
+One reader task receives everything on the socket and hands it to the shared
+`ClientCore`, which files each message in the inbox of the request it answers; the
+reader then wakes that request's waiter, so any number of coroutines can stream at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import zmq
 import zmq.asyncio
 
+from llmd.client.client_core import ClientCore, ClientShell, health_dict, one_shot_reply
 from llmd.client.completion import Completion, StreamEvent
-from llmd.client.deadline import get_within, wait_within
+from llmd.client.deadline import wait_within
 from llmd.client.errors import daemon_not_running
-from llmd.client.in_flight import InFlight
-from llmd.client.wire import (
-    Liveness,
-    build_generate,
-    check_size,
-    encode_request,
-    is_duplicate_refusal,
-    make_socket,
-    new_id_prefix,
-    raise_error,
-    with_expiry,
-)
+from llmd.client.wire import encode_request, make_socket, with_expiry
 from llmd.protocol import (
     AbortRequest,
     Accepted,
     DaemonMessage,
-    ErrorReply,
     Finished,
-    HealthReply,
     HealthRequest,
     ProtocolError,
     ShutdownRequest,
@@ -45,7 +33,6 @@ from llmd.protocol import (
     SubscribeRequest,
     UnsubscribeRequest,
     WireMessage,
-    decode_daemon_message,
     default_address,
 )
 from llmd.sampling_params import SamplingParams
@@ -53,22 +40,16 @@ from llmd.sampling_params import SamplingParams
 DEFAULT_TIMEOUT_S = 5.0
 
 
-class AsyncClient:
+class AsyncClient(ClientShell):
     """Talks to one llmd daemon from asyncio code; `async with` it or await close()."""
 
     def __init__(self, address: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self.address = address or default_address()
-        self.timeout = timeout
+        self._core = ClientCore(address or default_address(), timeout)
         self._context = zmq.asyncio.Context.instance()
         self._socket: zmq.asyncio.Socket | None = None
         self._reader: asyncio.Task | None = None
-        self._prefix = new_id_prefix()
-        self._counter = itertools.count(1)
-        self._queues: dict[str, asyncio.Queue] = {}
-        self._open_streams: set[str] = set()
-        self._subscriptions: set[str] = set()
-        self._liveness = Liveness(timeout)
-        self._in_flight = InFlight()
+        self._wakeups: dict[str, asyncio.Event] = {}
+        """Per open request: set when the core filed something in its inbox."""
         self._hello: asyncio.Task | None = None
         """The handshake of the current socket (shared by every coroutine that waits on it)."""
 
@@ -89,8 +70,8 @@ class AsyncClient:
         `label` (letters, digits, `-_.:/+=@`) names the request in the daemon's log lines
         and in `llmd top`.
         """
-        request = build_generate(
-            self._new_id(), prompt, messages, prompt_token_ids, params, priority, False, label
+        request = self._core.generate_request(
+            prompt, messages, prompt_token_ids, params, priority, False, label
         )
         accepted: Accepted | None = None
         async with contextlib.aclosing(self._events(request)) as events:
@@ -115,8 +96,8 @@ class AsyncClient:
 
         Closing the iterator early (`contextlib.aclosing`, or garbage collection) aborts it.
         """
-        request = build_generate(
-            self._new_id(), prompt, messages, prompt_token_ids, params, priority, True, label
+        request = self._core.generate_request(
+            prompt, messages, prompt_token_ids, params, priority, True, label
         )
         return self._events(request)
 
@@ -134,10 +115,14 @@ class AsyncClient:
     ) -> dict[str, Any]:
         """One metrics snapshot."""
         request = StatsRequest(
-            self._new_id(), include_requests, include_block_map, timeline_request_id, max_requests
+            self._core.new_id(),
+            include_requests,
+            include_block_map,
+            timeline_request_id,
+            max_requests,
         )
         reply = await self._request(request)
-        assert isinstance(reply, StatsReply)  # _request waits for the one reply
+        assert isinstance(reply, StatsReply)  # the daemon answers stats with stats
         return reply.snapshot
 
     def subscribe(
@@ -151,7 +136,7 @@ class AsyncClient:
     ) -> AsyncIterator[dict[str, Any]]:
         """Async-iterate a snapshot every `interval_ms`; closing it unsubscribes."""
         request = SubscribeRequest(
-            self._new_id(),
+            self._core.new_id(),
             interval_ms,
             include_requests,
             include_block_map,
@@ -162,37 +147,31 @@ class AsyncClient:
 
     async def health(self) -> dict[str, Any]:
         """The daemon's health reply as a dict."""
-        reply = await self._request(HealthRequest(self._new_id()))
-        assert isinstance(reply, HealthReply)  # _request waits for the one reply
-        data = reply.to_wire()
-        del data["type"], data["v"]
-        return data
+        return health_dict(await self._request(HealthRequest(self._core.new_id())))
 
     async def shutdown(
         self, now: bool = False, timeout: float | None = None, wait: bool = True
     ) -> None:
         """Ask the daemon to drain (or abort, with `now`) and exit; wait until it has."""
-        request = ShutdownRequest(self._new_id(), now, timeout)
-        queue = self._queue_for(request.id)
+        request = ShutdownRequest(self._core.new_id(), now, timeout)
+        self._open(request.id)
         try:
-            await self._send_request(request, is_tracked=False)
-            await self._next(request.id, queue)  # "draining"
+            await self._send_request(request)
+            await self._next(request.id)  # "draining"
             if wait:
-                await self._next(request.id, queue)  # "stopped"
+                await self._next(request.id)  # "stopped"
         except Exception as error:
             if not wait or getattr(error, "code", None) != "daemon_not_running":
                 raise
         finally:
-            self._queues.pop(request.id, None)
+            self._close(request.id)
 
     async def close(self) -> None:
         """Abort open streams, end subscriptions and close the socket."""
         if self._socket is None:
             return
-        for request_id in list(self._open_streams):
-            await self._send_quietly(AbortRequest(request_id))
-        for subscription_id in list(self._subscriptions):
-            await self._send_quietly(UnsubscribeRequest(subscription_id))
+        for message in self._core.farewells():
+            await self._send_quietly(message)
         await self._drop_socket(linger=None)
 
     async def __aenter__(self) -> AsyncClient:
@@ -202,9 +181,6 @@ class AsyncClient:
         await self.close()
 
     # ---------------------------------------------------------------- internals
-
-    def _new_id(self) -> str:
-        return f"{self._prefix}-{next(self._counter)}"
 
     async def _connected(self) -> zmq.asyncio.Socket:
         """The socket, connected and past its handshake (one per socket, shared)."""
@@ -225,20 +201,19 @@ class AsyncClient:
 
     async def _handshake(self) -> None:
         """Ask a new connection's daemon for its instance id and message limit."""
-        hello = HealthRequest(f"{self._prefix}-hello")
-        queue = self._queue_for(hello.id)
+        hello = self._core.hello()
+        self._open(hello.id)
         socket = self._socket
         assert socket is not None  # set by _connected
         try:
             await wait_within(socket.send(encode_request(hello)), self.timeout)
-            reply = await get_within(queue, self.timeout)
+            reply = await self._wait(hello.id, self.timeout)
         except asyncio.TimeoutError:
-            raise daemon_not_running(self.address, f"no reply for {self.timeout:g}s") from None
+            reply = None
         finally:
-            self._queues.pop(hello.id, None)
-        if isinstance(reply, BaseException):
-            raise reply
-        self._liveness.heard()
+            self._close(hello.id)
+        if reply is None:
+            raise daemon_not_running(self.address, f"no reply for {self.timeout:g}s")
 
     async def _drop_socket(self, linger: int | None) -> None:
         """Stop the reader and close the socket (a later call connects afresh)."""
@@ -252,15 +227,27 @@ class AsyncClient:
             self._socket = None
         self._hello = None
 
-    def _queue_for(self, request_id: str) -> asyncio.Queue:
-        queue: asyncio.Queue = asyncio.Queue()
-        self._queues[request_id] = queue
-        return queue
+    def _open(
+        self, request_id: str, is_stream: bool = False, is_subscription: bool = False
+    ) -> None:
+        """Keep what arrives for `request_id`, and a wake-up for the coroutine waiting on it."""
+        self._core.open(request_id, is_stream, is_subscription)
+        self._wakeups[request_id] = asyncio.Event()
+
+    def _close(self, request_id: str) -> None:
+        self._core.close(request_id)
+        self._wakeups.pop(request_id, None)
+
+    def _wake(self, request_ids: Iterable[str]) -> None:
+        for request_id in request_ids:
+            wakeup = self._wakeups.get(request_id)
+            if wakeup is not None:
+                wakeup.set()
 
     async def _send(self, message: WireMessage) -> None:
         payload = encode_request(message)  # a bad value fails here, connected or not
         socket = await self._connected()
-        check_size(payload, self._in_flight.max_message_bytes)
+        self._core.check_size(payload)
         try:
             await wait_within(socket.send(payload), self.timeout)
         except asyncio.TimeoutError:
@@ -268,18 +255,10 @@ class AsyncClient:
                 self.address, f"could not send for {self.timeout:g}s"
             ) from None
 
-    async def _send_request(
-        self, message: WireMessage, is_tracked: bool = True, is_one_shot: bool = False
-    ) -> None:
-        """Send a request that expects replies: its silence clock starts now.
-
-        A tracked request is one the daemon keeps a record of until its last reply, which
-        health probes ask about.
-        """
+    async def _send_request(self, message: WireMessage) -> None:
+        """Send a request that expects replies (the core starts its silence clock)."""
         await self._send(message)
-        if is_tracked:
-            self._in_flight.sent(message.id, is_one_shot)  # type: ignore[attr-defined]
-        self._liveness.heard()
+        self._core.sent(message)
 
     async def _send_quietly(self, message: WireMessage) -> None:
         if self._socket is None:
@@ -287,94 +266,70 @@ class AsyncClient:
         with contextlib.suppress(Exception):  # the daemon may already be gone
             await self._send(message)
 
-    async def _request(self, message: WireMessage) -> DaemonMessage:
-        request_id = message.id  # type: ignore[attr-defined]
-        queue = self._queue_for(request_id)
+    async def _request(self, message: HealthRequest | StatsRequest) -> DaemonMessage:
+        """Send and return the single reply (raising an error reply as its exception)."""
+        self._open(message.id)
         try:
-            is_stats = isinstance(message, StatsRequest)
-            await self._send_request(message, is_tracked=is_stats, is_one_shot=True)
-            return await self._next(request_id, queue)
+            await self._send_request(message)
+            return one_shot_reply(await self._next(message.id))
         finally:
-            self._queues.pop(request_id, None)
-            self._in_flight.forget(request_id)
+            self._close(message.id)
 
     async def _events(self, request: Any) -> AsyncIterator[StreamEvent]:
-        queue = self._queue_for(request.id)
-        self._open_streams.add(request.id)
-        is_done = False
+        self._open(request.id, is_stream=True)
+        is_ended = False
         try:
             await self._send_request(with_expiry(request, self.timeout))
-            while True:
-                event = await self._next(request.id, queue)
-                if isinstance(event, Finished):
-                    is_done = True
-                    yield event
-                    return
+            while not is_ended:
+                event = await self._next(request.id)
+                is_ended = isinstance(event, Finished)
                 yield event  # type: ignore[misc]
         except Exception:  # an error reply or a dead daemon ended it (not close or cancel)
-            is_done = True
+            is_ended = True
             raise
         finally:
-            self._open_streams.discard(request.id)
-            self._queues.pop(request.id, None)
-            self._in_flight.forget(request.id)
-            if not is_done:
+            self._close(request.id)
+            if not is_ended:
                 await self._send_quietly(AbortRequest(request.id))
 
     async def _snapshots(self, request: SubscribeRequest) -> AsyncIterator[dict[str, Any]]:
-        queue = self._queue_for(request.id)
-        self._subscriptions.add(request.id)
+        self._open(request.id, is_subscription=True)
         try:
             await self._send_request(request)
             while True:
-                reply = await self._next(request.id, queue)
+                reply = await self._next(request.id)
                 if isinstance(reply, StatsReply):
                     yield reply.snapshot
         finally:
-            self._subscriptions.discard(request.id)
-            self._queues.pop(request.id, None)
-            self._in_flight.forget(request.id)
+            self._close(request.id)
             await self._send_quietly(UnsubscribeRequest(request.id))
 
-    async def _next(self, request_id: str, queue: asyncio.Queue) -> DaemonMessage:
+    async def _next(self, request_id: str) -> DaemonMessage:
         """The next message about `request_id`, probing the daemon during long silences."""
-        while True:
-            try:
-                message = await get_within(queue, self._liveness.wait_s())
-            except asyncio.TimeoutError:
-                if self._liveness.is_dead():
-                    raise daemon_not_running(
-                        self.address, f"no reply for {self.timeout:g}s"
-                    ) from None
-                if self._liveness.should_probe():
-                    probe_id = f"{self._prefix}-probe"
-                    await self._send(HealthRequest(probe_id, self._in_flight.request_ids()))
-                    self._liveness.probe_sent()
-                continue
-            if isinstance(message, BaseException):
-                raise message
-            if isinstance(message, ErrorReply):
-                raise_error(message)
-            return message
+        while (message := await self._wait(request_id, self._core.liveness.wait_s())) is None:
+            probe = self._core.check_silence()
+            if probe is not None:
+                await self._send(probe)
+        return message
+
+    async def _wait(self, request_id: str, timeout_s: float) -> DaemonMessage | None:
+        """The next message about `request_id`, or None when `timeout_s` passed without one."""
+        message = self._core.take(request_id)
+        if message is None:
+            wakeup = self._wakeups[request_id]
+            wakeup.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await wait_within(wakeup.wait(), timeout_s)
+            message = self._core.take(request_id)
+        return message
 
     async def _read_forever(self) -> None:
         socket = self._socket
         assert socket is not None  # started by _connected
         try:
             while True:
-                payload = await socket.recv()
-                self._liveness.heard()
-                message = decode_daemon_message(payload, len(payload))
-                for request_id, error in self._in_flight.on_message(message):
-                    lost_queue = self._queues.get(request_id)
-                    if lost_queue is not None:
-                        lost_queue.put_nowait(error)
-                message_id = getattr(message, "id", None)
-                queue = self._queues.get(message_id) if message_id is not None else None
-                if queue is not None and not is_duplicate_refusal(message):
-                    queue.put_nowait(message)
+                self._wake(self._core.receive(await socket.recv()))
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a broken socket: wake every waiter with the error
-            for queue in self._queues.values():
-                queue.put_nowait(error)
+            self._wake(self._core.fail_all(error))

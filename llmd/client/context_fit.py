@@ -1,4 +1,4 @@
-"""Fitting `max_tokens` to the context: the warning, the cut, and reading the engine's refusal.
+"""Fitting `max_tokens` to the context: the cut, the warning, and what a refusal allows.
 
 Pure functions shared by `llmd generate` and the chat, which both ask for what fits
 instead of failing when the prompt leaves less room than `max_tokens` asks for.
@@ -6,8 +6,9 @@ instead of failing when the prompt leaves less room than `max_tokens` asks for.
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from dataclasses import dataclass
+
+from llmd.errors import RequestRejectedError
 
 
 def fitted_max_tokens(num_prompt_tokens: int, max_tokens: int, max_model_len: int) -> int:
@@ -19,24 +20,39 @@ def fitted_max_tokens(num_prompt_tokens: int, max_tokens: int, max_model_len: in
     return max(1, min(max_tokens, max_model_len - num_prompt_tokens))
 
 
-MAX_TOKENS_REFUSAL = re.compile(
-    r"prompt \((\d+) tokens\) plus max_tokens .* max_model_len is (\d+)"
-)
-"""The engine's request_too_large message for a max_tokens that overflows the context."""
+@dataclass(frozen=True)
+class MaxTokensCut:
+    """A max_tokens refused for the context, and the smaller one that fits instead."""
+
+    num_prompt_tokens: int
+    max_model_len: int
+    wanted_max_tokens: int
+    """What the caller asked for (and was refused)."""
+    max_tokens: int
+    """The largest max_tokens that fits after the prompt: what the retry asks for."""
+
+    def warning(self) -> str:
+        """The CLI's warning that fewer tokens than asked for will be generated."""
+        warning = context_warning(
+            self.num_prompt_tokens, self.wanted_max_tokens, self.max_model_len
+        )
+        return warning or ""  # never empty: the wanted max_tokens was refused
 
 
-def refused_max_tokens(error: Any) -> tuple[int, int] | None:
-    """(prompt tokens, max_model_len) from a max_tokens refusal; None for other errors.
+def max_tokens_cut(error: BaseException, max_tokens: int) -> MaxTokensCut | None:
+    """The cut a `request_too_large` refusal allows for a request of `max_tokens`.
 
-    A prompt that leaves no room at all is not retried (nothing would fit).
+    None for any other error, for a refusal without the daemon's numbers (the KV pool, an
+    older daemon), and when no smaller max_tokens fits (the prompt alone fills the context).
     """
-    if getattr(error, "code", None) != "request_too_large":
+    if not isinstance(error, RequestRejectedError):
         return None
-    match = MAX_TOKENS_REFUSAL.search(str(error))
-    if getattr(error, "parameter", None) != "max_tokens" or match is None:
+    num_fitting, num_prompt_tokens = error.max_fitting_tokens, error.num_prompt_tokens
+    if num_fitting is None or num_prompt_tokens is None or error.max_model_len is None:
         return None
-    num_prompt_tokens, context_len = int(match.group(1)), int(match.group(2))
-    return (num_prompt_tokens, context_len) if num_prompt_tokens < context_len else None
+    if not 0 < num_fitting < max_tokens:
+        return None
+    return MaxTokensCut(num_prompt_tokens, error.max_model_len, max_tokens, num_fitting)
 
 
 def context_warning(num_prompt_tokens: int, max_tokens: int, max_model_len: int) -> str | None:

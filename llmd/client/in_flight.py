@@ -1,6 +1,6 @@
 """What a client knows of the daemon serving it and of its own requests in flight.
 
-Both clients feed every daemon message through one `InFlight`: it learns the daemon's
+The client core feeds every daemon message through one `InFlight`: it learns the daemon's
 instance id and message limit, records which instance holds each request, and says which
 requests are lost when a health reply shows a restarted daemon or one that has no record
 of them, so a waiting caller fails at once instead of waiting on a request nobody runs.

@@ -1,43 +1,29 @@
 """The blocking client: generate, stream, abort, stats, subscribe, health, shutdown.
 
 One DEALER socket carries any number of requests; replies for requests other than the
-one being waited on are kept in per-request inboxes. Not thread-safe: use one Client
+one being waited on are kept in per-request inboxes. This shell only sends, polls and
+receives: the protocol logic is the shared `ClientCore`. Not thread-safe: use one Client
 per thread (they are cheap).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import time
-from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import zmq
 
+from llmd.client.client_core import ClientCore, ClientShell, health_dict, one_shot_reply
 from llmd.client.completion import Completion, StreamEvent
 from llmd.client.errors import daemon_not_running
-from llmd.client.in_flight import InFlight
-from llmd.client.wire import (
-    Liveness,
-    build_generate,
-    check_size,
-    encode_request,
-    is_duplicate_refusal,
-    make_socket,
-    new_id_prefix,
-    raise_error,
-    with_expiry,
-)
+from llmd.client.wire import encode_request, make_socket, with_expiry
 from llmd.protocol import (
     AbortRequest,
     Accepted,
-    Ack,
     DaemonMessage,
-    ErrorReply,
     Finished,
-    HealthReply,
     HealthRequest,
     ProtocolError,
     ShutdownRequest,
@@ -46,7 +32,6 @@ from llmd.protocol import (
     SubscribeRequest,
     UnsubscribeRequest,
     WireMessage,
-    decode_daemon_message,
     default_address,
 )
 from llmd.sampling_params import SamplingParams
@@ -54,22 +39,13 @@ from llmd.sampling_params import SamplingParams
 DEFAULT_TIMEOUT_S = 5.0
 
 
-class Client:
+class Client(ClientShell):
     """Talks to one llmd daemon; use as a context manager or call close()."""
 
     def __init__(self, address: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self.address = address or default_address()
-        self.timeout = timeout
-        """Seconds of silence after which the daemon is considered gone."""
+        self._core = ClientCore(address or default_address(), timeout)
         self._context = zmq.Context.instance()
         self._socket: zmq.Socket | None = None
-        self._prefix = new_id_prefix()
-        self._counter = itertools.count(1)
-        self._inboxes: dict[str, deque[DaemonMessage | Exception]] = {}
-        self._open_streams: set[str] = set()
-        self._subscriptions: set[str] = set()
-        self._liveness = Liveness(timeout)
-        self._in_flight = InFlight()
 
     # ---------------------------------------------------------------- public API
 
@@ -88,8 +64,8 @@ class Client:
         `label` (letters, digits, `-_.:/+=@`) names the request in the daemon's log lines
         and in `llmd top`.
         """
-        request = build_generate(
-            self._new_id(), prompt, messages, prompt_token_ids, params, priority, False, label
+        request = self._core.generate_request(
+            prompt, messages, prompt_token_ids, params, priority, False, label
         )
         accepted: Accepted | None = None
         for event in self._events(request):
@@ -113,8 +89,8 @@ class Client:
 
         The request is sent on the first next(); closing the iterator early aborts it.
         """
-        request = build_generate(
-            self._new_id(), prompt, messages, prompt_token_ids, params, priority, True, label
+        request = self._core.generate_request(
+            prompt, messages, prompt_token_ids, params, priority, True, label
         )
         return self._events(request)
 
@@ -132,10 +108,14 @@ class Client:
     ) -> dict[str, Any]:
         """One metrics snapshot (keys documented in docs/protocol.md)."""
         request = StatsRequest(
-            self._new_id(), include_requests, include_block_map, timeline_request_id, max_requests
+            self._core.new_id(),
+            include_requests,
+            include_block_map,
+            timeline_request_id,
+            max_requests,
         )
         reply = self._request(request)
-        assert isinstance(reply, StatsReply)  # _request checked the type
+        assert isinstance(reply, StatsReply)  # the daemon answers stats with stats
         return reply.snapshot
 
     def subscribe(
@@ -149,7 +129,7 @@ class Client:
     ) -> Iterator[dict[str, Any]]:
         """Yield a snapshot every `interval_ms`; closing the iterator unsubscribes."""
         request = SubscribeRequest(
-            self._new_id(),
+            self._core.new_id(),
             interval_ms,
             include_requests,
             include_block_map,
@@ -160,11 +140,7 @@ class Client:
 
     def health(self) -> dict[str, Any]:
         """The daemon's health reply as a dict (status, is_healthy, pid, model, ...)."""
-        reply = self._request(HealthRequest(self._new_id()))
-        assert isinstance(reply, HealthReply)  # _request checked the type
-        data = reply.to_wire()
-        del data["type"], data["v"]
-        return data
+        return health_dict(self._request(HealthRequest(self._core.new_id())))
 
     def shutdown(
         self, now: bool = False, timeout: float | None = None, wait: bool = True
@@ -173,10 +149,10 @@ class Client:
 
         Returns the daemon's last acknowledgement ("stopped: drained N, aborted M") if read.
         """
-        request = ShutdownRequest(self._new_id(), now, timeout)
-        self._inboxes[request.id] = deque()
+        request = ShutdownRequest(self._core.new_id(), now, timeout)
+        self._core.open(request.id)
         try:
-            self._send_request(request, is_tracked=False)
+            self._send_request(request)
             self._next_for(request.id)  # "draining"
             if wait:
                 stopped = self._next_for(request.id)  # "stopped: drained N, aborted M"
@@ -186,17 +162,15 @@ class Client:
             if not wait or getattr(error, "code", None) != "daemon_not_running":
                 raise
         finally:
-            self._inboxes.pop(request.id, None)
+            self._core.close(request.id)
         return None
 
     def close(self) -> None:
         """Abort open streams, end subscriptions and close the socket."""
         if self._socket is None:
             return
-        for request_id in list(self._open_streams):
-            self._send_quietly(AbortRequest(request_id))
-        for subscription_id in list(self._subscriptions):
-            self._send_quietly(UnsubscribeRequest(subscription_id))
+        for message in self._core.farewells():
+            self._send_quietly(message)
         self._socket.close()
         self._socket = None
 
@@ -207,9 +181,6 @@ class Client:
         self.close()
 
     # ---------------------------------------------------------------- internals
-
-    def _new_id(self) -> str:
-        return f"{self._prefix}-{next(self._counter)}"
 
     def _connected(self) -> zmq.Socket:
         if self._socket is None:
@@ -224,25 +195,26 @@ class Client:
 
     def _handshake(self, socket: zmq.Socket) -> None:
         """Ask a new connection's daemon for its instance id and message limit."""
-        hello = HealthRequest(f"{self._prefix}-hello")
-        deadline = time.monotonic() + self.timeout
-        if not socket.poll(int(self.timeout * 1000), zmq.POLLOUT):
-            raise daemon_not_running(self.address, f"could not send for {self.timeout:g}s")
-        socket.send(encode_request(hello), zmq.NOBLOCK)
-        while (remaining_s := deadline - time.monotonic()) > 0:
-            if not socket.poll(max(1, int(remaining_s * 1000)), zmq.POLLIN):
-                break
-            message = decode_daemon_message(socket.recv())
-            self._in_flight.on_message(message)
-            if isinstance(message, HealthReply) and message.id == hello.id:
-                self._liveness.heard()
-                return
-        raise daemon_not_running(self.address, f"no reply for {self.timeout:g}s")
+        hello = self._core.hello()
+        self._core.open(hello.id)
+        try:
+            deadline = time.monotonic() + self.timeout
+            self._send_on(socket, encode_request(hello))
+            while self._core.take(hello.id) is None:
+                remaining_s = deadline - time.monotonic()
+                if remaining_s <= 0 or not socket.poll(max(1, int(remaining_s * 1000))):
+                    raise daemon_not_running(self.address, f"no reply for {self.timeout:g}s")
+                self._read_available(socket)
+        finally:
+            self._core.close(hello.id)
 
     def _send(self, message: WireMessage) -> None:
         payload = encode_request(message)  # a bad value fails here, connected or not
         socket = self._connected()
-        check_size(payload, self._in_flight.max_message_bytes)
+        self._core.check_size(payload)
+        self._send_on(socket, payload)
+
+    def _send_on(self, socket: zmq.Socket, payload: bytes) -> None:
         if not socket.poll(int(self.timeout * 1000), zmq.POLLOUT):
             raise daemon_not_running(self.address, f"could not send for {self.timeout:g}s")
         try:
@@ -250,18 +222,10 @@ class Client:
         except zmq.Again:
             raise daemon_not_running(self.address, "the connection was lost") from None
 
-    def _send_request(
-        self, message: WireMessage, is_tracked: bool = True, is_one_shot: bool = False
-    ) -> None:
-        """Send a request that expects replies: its silence clock starts now.
-
-        A tracked request is one the daemon keeps a record of until its last reply, which
-        health probes ask about.
-        """
+    def _send_request(self, message: WireMessage) -> None:
+        """Send a request that expects replies (the core starts its silence clock)."""
         self._send(message)
-        if is_tracked:
-            self._in_flight.sent(message.id, is_one_shot)  # type: ignore[attr-defined]
-        self._liveness.heard()
+        self._core.sent(message)
 
     def _send_quietly(self, message: WireMessage) -> None:
         if self._socket is None:
@@ -269,47 +233,34 @@ class Client:
         with contextlib.suppress(Exception):  # the daemon may already be gone
             self._send(message)
 
-    def _request(self, message: WireMessage) -> DaemonMessage:
+    def _request(self, message: HealthRequest | StatsRequest) -> DaemonMessage:
         """Send and return the single reply (raising an error reply as its exception)."""
-        request_id = message.id  # type: ignore[attr-defined]
-        self._inboxes[request_id] = deque()
+        self._core.open(message.id)
         try:
-            is_stats = isinstance(message, StatsRequest)
-            self._send_request(message, is_tracked=is_stats, is_one_shot=True)
-            reply = self._next_for(request_id)
+            self._send_request(message)
+            return one_shot_reply(self._next_for(message.id))
         finally:
-            self._inboxes.pop(request_id, None)
-            self._in_flight.forget(request_id)
-        if not isinstance(reply, (StatsReply, HealthReply, Ack)):
-            raise ProtocolError(f"unexpected {type(reply).__name__} reply", "type")
-        return reply
+            self._core.close(message.id)
 
     def _events(self, request: Any) -> Iterator[StreamEvent]:
-        self._inboxes[request.id] = deque()
-        self._open_streams.add(request.id)
-        is_done = False
+        self._core.open(request.id, is_stream=True)
+        is_ended = False
         try:
             self._send_request(with_expiry(request, self.timeout))
-            while True:
+            while not is_ended:
                 event = self._next_for(request.id)
-                if isinstance(event, Finished):
-                    is_done = True
-                    yield event
-                    return
+                is_ended = isinstance(event, Finished)
                 yield event  # type: ignore[misc]
         except Exception:
-            is_done = True  # an error reply (or a dead daemon) ended the request
+            is_ended = True  # an error reply (or a dead daemon) ended the request
             raise
         finally:
-            self._open_streams.discard(request.id)
-            self._inboxes.pop(request.id, None)
-            self._in_flight.forget(request.id)
-            if not is_done:
+            self._core.close(request.id)
+            if not is_ended:
                 self._send_quietly(AbortRequest(request.id))
 
     def _snapshots(self, request: SubscribeRequest) -> Iterator[dict[str, Any]]:
-        self._inboxes[request.id] = deque()
-        self._subscriptions.add(request.id)
+        self._core.open(request.id, is_subscription=True)
         try:
             self._send_request(request)
             while True:
@@ -317,30 +268,17 @@ class Client:
                 if isinstance(reply, StatsReply):
                     yield reply.snapshot
         finally:
-            self._subscriptions.discard(request.id)
-            self._inboxes.pop(request.id, None)
-            self._in_flight.forget(request.id)
+            self._core.close(request.id)
             self._send_quietly(UnsubscribeRequest(request.id))
 
     def _next_for(self, request_id: str) -> DaemonMessage:
         """The next message about `request_id`; error replies are raised."""
-        inbox = self._inboxes.setdefault(request_id, deque())
         socket = self._connected()
-        while not inbox:
-            if socket.poll(int(self._liveness.wait_s() * 1000), zmq.POLLIN):
+        while (message := self._core.take(request_id)) is None:
+            if socket.poll(int(self._core.liveness.wait_s() * 1000), zmq.POLLIN):
                 self._read_available(socket)
-                continue
-            if self._liveness.is_dead():
-                raise daemon_not_running(self.address, f"no reply for {self.timeout:g}s")
-            if self._liveness.should_probe():
-                probe = HealthRequest(f"{self._prefix}-probe", self._in_flight.request_ids())
+            elif (probe := self._core.check_silence()) is not None:
                 self._send(probe)
-                self._liveness.probe_sent()
-        message = inbox.popleft()
-        if isinstance(message, Exception):
-            raise message
-        if isinstance(message, ErrorReply):
-            raise_error(message)
         return message
 
     def _read_available(self, socket: zmq.Socket) -> None:
@@ -349,13 +287,4 @@ class Client:
                 payload = socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            self._liveness.heard()
-            message = decode_daemon_message(payload, len(payload))
-            for request_id, error in self._in_flight.on_message(message):
-                lost_inbox = self._inboxes.get(request_id)
-                if lost_inbox is not None:
-                    lost_inbox.append(error)
-            message_id = getattr(message, "id", None)
-            inbox = self._inboxes.get(message_id) if message_id is not None else None
-            if inbox is not None and not is_duplicate_refusal(message):
-                inbox.append(message)
+            self._core.receive(payload)

@@ -1,4 +1,4 @@
-"""Pieces both clients share: socket set-up, request building, error replies, liveness.
+"""Pieces both clients share: socket set-up, request encoding and size, liveness.
 
 A client waits on a daemon that may have died; any message resets a silence clock, a
 health probe goes out after half the timeout (at most 2 s) of silence, and a full timeout of silence
@@ -12,7 +12,6 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 import zmq
@@ -25,11 +24,9 @@ from llmd.protocol import (
     GenerateRequest,
     WireMessage,
     encode,
-    error_from_code,
     pack,
     parse_address,
 )
-from llmd.sampling_params import SamplingParams
 
 LINGER_MS = 500
 """How long closing waits to deliver queued aborts."""
@@ -123,42 +120,6 @@ def is_duplicate_refusal(message: Any) -> bool:
     a new request; it must not end the stream that owns the id.
     """
     return isinstance(message, ErrorReply) and message.code == DuplicateRequestIdError.code
-
-
-def build_generate(
-    request_id: str,
-    prompt: str | None,
-    messages: Sequence[dict[str, str]] | None,
-    prompt_token_ids: Sequence[int] | None,
-    params: SamplingParams | dict[str, Any] | None,
-    priority: int,
-    stream: bool,
-    label: str | None = None,
-) -> GenerateRequest:
-    """A validated generate request (raises typed errors before anything is sent)."""
-    if isinstance(params, SamplingParams):
-        params_dict = params.to_dict()
-    elif params is None:
-        params_dict = {}
-    elif isinstance(params, dict):
-        params_dict = dict(params)
-    else:
-        raise InvalidParameterError("must be SamplingParams, a dict or None", "params")
-    return GenerateRequest(
-        id=request_id,
-        prompt=prompt,
-        prompt_token_ids=None if prompt_token_ids is None else list(prompt_token_ids),
-        messages=None if messages is None else [dict(m) for m in messages],
-        sampling_params=params_dict,
-        stream=stream,
-        priority=priority,
-        label=label,
-    )
-
-
-def raise_error(reply: ErrorReply) -> None:
-    """Raise the exception class matching the reply's code."""
-    raise error_from_code(reply.code, reply.message, reply.parameter)
 
 
 MAX_PROBE_SILENCE_S = 2.0

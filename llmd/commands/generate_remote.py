@@ -7,16 +7,15 @@ the others wait in the client's per-request inboxes while one is being printed.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
 from typing import Any
 
 import click
 
-from llmd.client.context_fit import context_warning, fitted_max_tokens, refused_max_tokens
+from llmd.client.context_fit import MaxTokensCut
+from llmd.client.fitted_stream import stream_fitted
 from llmd.commands.generate_output import GeneratedText, TokenChoice
-from llmd.errors import RequestRejectedError
 
 PROBE_TIMEOUT_S = 1.0
 """How long `llmd generate` waits for a daemon's health reply before running in-process."""
@@ -51,36 +50,28 @@ def find_daemon(address: str | None) -> Any | None:
 def generate_remote(client: Any, job: Any) -> list[GeneratedText]:
     """Send every prompt, then read the replies in order (streaming the text of a single one)."""
     with contextlib.ExitStack() as stack:
-        streams = []
-        for prompt in job.prompts:
-            try:
-                stream = _open_stream(client, job, prompt, job.params, stack)
-            except RequestRejectedError as error:
-                # The daemon refuses a prompt + max_tokens beyond the context; like the
-                # in-process path, warn and ask for what fits instead.
-                fit = refused_max_tokens(error)
-                if fit is None:
-                    raise
-                num_prompt_tokens, context_len = fit
-                click.echo(context_warning(num_prompt_tokens, job.params.max_tokens, context_len),
-                           err=True)  # fmt: skip
-                max_tokens = fitted_max_tokens(num_prompt_tokens, job.params.max_tokens,
-                                               context_len)  # fmt: skip
-                params = dataclasses.replace(job.params, max_tokens=max_tokens)
-                stream = _open_stream(client, job, prompt, params, stack)
-            streams.append(stream)
+        streams = [_open_stream(client, job, prompt, stack) for prompt in job.prompts]
         return [_read(stream, is_streamed=len(streams) == 1) for stream in streams]
 
 
-def _open_stream(client: Any, job: Any, prompt: str, params: Any, stack: Any) -> Any:
-    """Send one prompt and wait until the daemon accepted it (raises its refusal)."""
+def _open_stream(client: Any, job: Any, prompt: str, stack: Any) -> Any:
+    """Send one prompt and wait until the daemon accepted it (raises its refusal).
+
+    The daemon refuses a prompt + max_tokens beyond the context; like the in-process path,
+    the stream warns and asks for what fits instead.
+    """
     if job.as_chat:
-        stream = client.stream(messages=[{"role": "user", "content": prompt}], params=params)
+        request: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}]}
     else:
-        stream = client.stream(prompt, params=params)
+        request = {"prompt": prompt}
+    stream = stream_fitted(client, job.params, _warn, **request)
     stack.enter_context(contextlib.closing(stream))
     next(stream)  # the `accepted` event
     return stream
+
+
+def _warn(cut: MaxTokensCut) -> None:
+    click.echo(cut.warning(), err=True)
 
 
 def _read(stream: Any, is_streamed: bool) -> GeneratedText:

@@ -104,7 +104,7 @@ class PeerTransport:
 
     def reply_error(self, peer: bytes, client_id: str | None, error: LLMDError) -> None:
         """Send a typed error under `client_id`."""
-        self.send_message(peer, ErrorReply(client_id, error.code, error.message, error.parameter))
+        self.send_message(peer, ErrorReply.from_error(client_id, error))
 
     def send_keepalives(self, busy_peers: set[bytes]) -> None:
         """Probe each busy connection that heard nothing lately."""

@@ -326,7 +326,7 @@ class TextWorker:
     def _send_error(self, peer: bytes, client_id: str, error: Exception) -> None:
         """The request's last message: a typed error."""
         if isinstance(error, LLMDError):
-            reply = ErrorReply(client_id, error.code, error.message, error.parameter)
+            reply = ErrorReply.from_error(client_id, error)
         else:
             logger.error("request %s failed: %r", client_id, error)
             reply = ErrorReply(client_id, "internal", f"{type(error).__name__}: {error}")

@@ -15,19 +15,27 @@ def check_servable(request: Request, max_len: int, block_manager: BlockManager) 
     """Raise RequestRejectedError if the request could never run on this engine."""
     if request.num_prompt_tokens == 0:
         raise InvalidParameterError("prompt is empty", "prompt")
-    if request.num_prompt_tokens >= max_len:
+    num_prompt_tokens = request.num_prompt_tokens
+    context = {
+        "num_prompt_tokens": num_prompt_tokens,
+        "max_model_len": max_len,
+        "max_fitting_tokens": max(0, max_len - num_prompt_tokens),
+    }
+    if num_prompt_tokens >= max_len:
         raise RequestRejectedError(
-            f"prompt has {request.num_prompt_tokens} tokens, but max_model_len is "
+            f"prompt has {num_prompt_tokens} tokens, but max_model_len is "
             f"{max_len} (prompt plus at least one output token must fit)",
             "prompt",
+            **context,
         )
     num_tokens = request.max_num_tokens
     if num_tokens > max_len:
         raise RequestRejectedError(
-            f"prompt ({request.num_prompt_tokens} tokens) plus max_tokens "
+            f"prompt ({num_prompt_tokens} tokens) plus max_tokens "
             f"({request.sampling_params.max_tokens}) is {num_tokens} tokens, but "
             f"max_model_len is {max_len}",
             "max_tokens",
+            **context,
         )
     num_blocks = block_manager.num_blocks_for(num_tokens)
     if num_blocks > block_manager.num_blocks:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmd.errors import LLMDError, RequestRejectedError
+from llmd.protocol.errors import error_from_code
 from llmd.protocol.schema import WireMessage
 
 FINISH_REASONS = ("stop", "length", "abort", "error")
@@ -87,6 +89,38 @@ class ErrorReply(WireMessage):
     message: str
     parameter: str | None = None
     """The field or option that was wrong, when one was."""
+    num_prompt_tokens: int | None = None
+    """A `request_too_large` refusal for max_model_len: the prompt's tokens."""
+    max_model_len: int | None = None
+    """The same refusal: the model's context, in tokens."""
+    max_fitting_tokens: int | None = None
+    """The same refusal: the largest max_tokens that fits after the prompt (0: none does)."""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The plain dict; absent refusal numbers are left out, so other errors travel as before."""
+        data = super().to_wire()
+        for name in CONTEXT_FIELDS:
+            if data[name] is None:
+                del data[name]
+        return data
+
+    @classmethod
+    def from_error(cls, client_id: str | None, error: LLMDError) -> ErrorReply:
+        """The reply that reports `error`, its refusal numbers included."""
+        numbers = {name: getattr(error, name, None) for name in CONTEXT_FIELDS}
+        return cls(client_id, error.code, error.message, error.parameter, **numbers)
+
+    def to_error(self) -> LLMDError:
+        """The exception the daemon reported, rebuilt with its class and refusal numbers."""
+        error = error_from_code(self.code, self.message, self.parameter)
+        if isinstance(error, RequestRejectedError):
+            for name in CONTEXT_FIELDS:
+                setattr(error, name, getattr(self, name))
+        return error
+
+
+CONTEXT_FIELDS = ("num_prompt_tokens", "max_model_len", "max_fitting_tokens")
+"""The optional fields of an `error` that give a max_model_len refusal's numbers."""
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,12 @@ import threading
 
 import pytest
 
-from llmd.client import Client
+from llmd.client import Client, Finished
+from llmd.client.context_fit import MaxTokensCut
+from llmd.client.fitted_stream import stream_fitted
 from llmd.errors import InvalidParameterError, RequestRejectedError
 from llmd.protocol import ErrorReply, pack
+from llmd.sampling_params import SamplingParams
 from tests.daemon.harness import RawPeer, inprocess_daemon
 
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -131,3 +134,33 @@ def test_an_oversize_message_is_refused_under_its_own_id(daemon):
         peer.close()
     assert isinstance(reply, ErrorReply)
     assert (reply.id, reply.code) == ("big", "protocol_error")
+
+
+def test_a_max_model_len_refusal_carries_its_numbers_to_the_client_and_the_retry(daemon):
+    max_model_len = daemon.engine.max_model_len
+    prompt_ids = [5] * (max_model_len - 4)  # room for 4 tokens
+    peer = RawPeer(str(daemon.address))
+    try:  # on the wire: the numbers as fields of the `error`, whatever the message says
+        peer.send_map(_generate_map("long", prompt_token_ids=prompt_ids,
+                                    sampling_params={"max_tokens": 10}))  # fmt: skip
+        reply = peer.receive(timeout=10)
+    finally:
+        peer.close()
+    assert isinstance(reply, ErrorReply)
+    assert (reply.code, reply.parameter, reply.num_prompt_tokens, reply.max_model_len,
+            reply.max_fitting_tokens) == (
+        "request_too_large", "max_tokens", max_model_len - 4, max_model_len, 4
+    )  # fmt: skip
+    with Client(str(daemon.address), timeout=30) as client:
+        with pytest.raises(RequestRejectedError) as error:  # the client's typed error
+            client.generate(prompt_token_ids=[5] * max_model_len)
+        assert (error.value.parameter, error.value.num_prompt_tokens,
+                error.value.max_model_len, error.value.max_fitting_tokens) == (
+            "prompt", max_model_len, max_model_len, 0
+        )  # fmt: skip
+        cuts: list[MaxTokensCut] = []
+        params = SamplingParams(max_tokens=10, ignore_eos=True)
+        events = list(stream_fitted(client, params, cuts.append, prompt_token_ids=prompt_ids))
+    assert cuts == [MaxTokensCut(max_model_len - 4, max_model_len, 10, 4)]
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.usage["completion_tokens"] == 4

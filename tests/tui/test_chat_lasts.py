@@ -164,6 +164,9 @@ def max_tokens_refusal(num_prompt_tokens: int, max_tokens: int, context: int):
         f"prompt ({num_prompt_tokens} tokens) plus max_tokens ({max_tokens}) is "
         f"{num_prompt_tokens + max_tokens} tokens, but max_model_len is {context}",
         "max_tokens",
+        num_prompt_tokens=num_prompt_tokens,
+        max_model_len=context,
+        max_fitting_tokens=context - num_prompt_tokens,
     )
 
 

@@ -17,13 +17,22 @@ from textual.widgets import Footer, Static
 from textual.worker import Worker
 
 from llmd.client import Accepted, Finished, PrefillProgress, TokenDelta
+from llmd.client.context_fit import MaxTokensCut
+from llmd.client.fitted_stream import astream_fitted
 from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.assistant_reply import AssistantReply
 from llmd.tui.chat.command_runner import CommandRunner
 from llmd.tui.chat.commands import KEYS_HELP, is_command, unescape_prompt
 from llmd.tui.chat.conversation import Conversation
 from llmd.tui.chat.daemon_watch import DaemonWatch, daemon_identity
-from llmd.tui.chat.events import ReplyAccepted, ReplyDelta, ReplyFailed, ReplyFinished, ReplyPrefill
+from llmd.tui.chat.events import (
+    ReplyAccepted,
+    ReplyCut,
+    ReplyDelta,
+    ReplyFailed,
+    ReplyFinished,
+    ReplyPrefill,
+)
 from llmd.tui.chat.history import PromptHistory
 from llmd.tui.chat.notice import Notice, describe_error
 from llmd.tui.chat.prompt_input import PromptInput
@@ -66,7 +75,6 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
         self.active_client_id: str | None = None
         self._reply_worker: Worker | None = None
         self._sent_messages: list[dict[str, str]] = []
-        self._sent_params = conversation.params
         self._stop_requested: int | None = None
         """The reply the user stopped (Esc/Ctrl+C), told apart from one the daemon ended."""
         self.daemon_health: dict[str, Any] | None = None
@@ -100,8 +108,9 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
             parts.append("system prompt set")
         self.query_one("#status", Static).update(" │ ".join(parts))
 
-    async def _add(self, widget: Any) -> None:
-        await self.query_one("#conversation", VerticalScroll).mount(widget)
+    async def _add(self, widget: Any, before: Any = None) -> None:
+        """Show `widget` at the end of the conversation, or above the widget `before`."""
+        await self.query_one("#conversation", VerticalScroll).mount(widget, before=before)
 
     # ------------------------------------------------------------------ input
 
@@ -133,16 +142,11 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
         await self._start_reply(prompt, messages)
 
     async def _start_reply(
-        self,
-        prompt: str,
-        messages: list[dict[str, str]],
-        params: SamplingParams | None = None,
-        show_prompt: bool = True,
+        self, prompt: str, messages: list[dict[str, str]], show_prompt: bool = True
     ) -> None:
-        """Stream a reply to `messages` with `params` (default: the chat's settings)."""
-        params = params or self.conversation.params
+        """Stream a reply to `messages` with the chat's settings."""
+        params = self.conversation.params
         self._sent_messages = messages
-        self._sent_params = params
         self.reply_number += 1
         self.active_reply = AssistantReply(self.reply_number)
         self.active_client_id = None
@@ -207,8 +211,12 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
         self, number: int, messages: list[dict[str, str]], params: SamplingParams
     ) -> None:
         """Stream one reply, posting an event per daemon message."""
+
+        def post_cut(cut: MaxTokensCut) -> None:  # max_tokens beyond the context: ask less
+            self.post_message(ReplyCut(number, cut))
+
         try:
-            stream = self.client.stream(messages=messages, params=params)
+            stream = astream_fitted(self.client, params, post_cut, messages=messages)
             async with contextlib.aclosing(stream) as events:
                 async for event in events:
                     if isinstance(event, Accepted):
@@ -286,8 +294,6 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
         if reply is None:
             return
         error = event.error
-        if await self._retry_with_fitted_max_tokens(reply, error):
-            return
         if await self._retry_with_less_history(reply, error):
             return
         is_gone = getattr(error, "code", None) == "daemon_not_running"

@@ -10,6 +10,7 @@ from typing import Any
 
 from textual.message import Message
 
+from llmd.client.context_fit import MaxTokensCut
 from llmd.protocol import Finished
 
 
@@ -56,6 +57,14 @@ class ReplyFinished(ReplyEvent):
     def __init__(self, reply_number: int, finished: Finished) -> None:
         super().__init__(reply_number)
         self.finished = finished
+
+
+class ReplyCut(ReplyEvent):
+    """The daemon refused max_tokens for the context; the reply was sent again for less."""
+
+    def __init__(self, reply_number: int, cut: MaxTokensCut) -> None:
+        super().__init__(reply_number)
+        self.cut = cut
 
 
 class ReplyFailed(ReplyEvent):

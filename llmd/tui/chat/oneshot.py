@@ -7,12 +7,12 @@ exit status, and an interrupted reply is aborted on the daemon before exiting.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from typing import Any, TextIO
 
 from llmd.client import Finished, TokenDelta
-from llmd.client.context_fit import context_warning, fitted_max_tokens, refused_max_tokens
-from llmd.errors import LLMDError, RequestRejectedError, user_message
+from llmd.client.context_fit import MaxTokensCut
+from llmd.client.fitted_stream import stream_fitted
+from llmd.errors import LLMDError, user_message
 from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.conversation import Conversation
 from llmd.tui.chat.reply_stats import format_reply_stats
@@ -35,25 +35,20 @@ def run_once(
     messages = Conversation(system_prompt, params).begin(prompt)
     finished: Finished | None = None
     is_line_open = False  # text was written and its last line has no newline yet
+
+    def warn(cut: MaxTokensCut) -> None:  # max_tokens beyond the context: ask for what fits
+        stderr.write(f"{cut.warning()}\n")
+
+    stream = stream_fitted(client, params, warn, messages=messages)
     try:
-        for is_retry in (False, True):
-            try:
-                with contextlib.closing(client.stream(messages=messages, params=params)) as events:
-                    for event in events:
-                        if isinstance(event, TokenDelta) and event.text:
-                            stdout.write(event.text)
-                            stdout.flush()
-                            is_line_open = not event.text.endswith("\n")
-                        elif isinstance(event, Finished):
-                            finished = event
-                break
-            except RequestRejectedError as error:  # max_tokens beyond the context: ask less
-                fit = refused_max_tokens(error)
-                if fit is None or is_retry:
-                    raise
-                stderr.write(f"{context_warning(fit[0], params.max_tokens, fit[1])}\n")
-                max_tokens = fitted_max_tokens(fit[0], params.max_tokens, fit[1])
-                params = dataclasses.replace(params, max_tokens=max_tokens)
+        with contextlib.closing(stream) as events:
+            for event in events:
+                if isinstance(event, TokenDelta) and event.text:
+                    stdout.write(event.text)
+                    stdout.flush()
+                    is_line_open = not event.text.endswith("\n")
+                elif isinstance(event, Finished):
+                    finished = event
     except KeyboardInterrupt:
         _end_line(stdout, is_line_open)
         stderr.write("Error: interrupted; the request was aborted\n")

@@ -1,18 +1,17 @@
-"""Sending a refused reply again: with a max_tokens that fits, or with less history.
+"""A refused reply sent again with less history, and the notice of a max_tokens cut.
 
 The chat's token estimate and the user's max_tokens can both be too generous for the
-context; the daemon's refusal says by how much, so the chat retries instead of failing.
+context; the daemon's refusal says by how much, so the chat retries instead of failing
+(the max_tokens retry itself is the client's `astream_fitted`, shared with the CLI).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from llmd.client.context_fit import fitted_max_tokens, refused_max_tokens
-from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.assistant_reply import AssistantReply
 from llmd.tui.chat.conversation import Conversation
+from llmd.tui.chat.events import ReplyCut
 from llmd.tui.chat.notice import Notice
 
 
@@ -27,37 +26,25 @@ def trim_notice(conversation: Conversation, num_dropped: int) -> str:
 
 
 class ReplyRetry:
-    """Chat app mixin (the app gives `_add`, `_start_reply`): sends a refused reply again."""
+    """Chat app mixin (the app gives `_add`, `_current`, `_start_reply`): a refused reply
+    sent again, or the notice that the client sent it again asking for less."""
 
     conversation: Conversation
     active_reply: AssistantReply | None
-    _sent_messages: list[dict[str, str]]
-    _sent_params: SamplingParams
 
-    async def _retry_with_fitted_max_tokens(self, reply: AssistantReply, error: Any) -> bool:
-        """max_tokens leaves the prompt no room: send again asking for what fits; False if
-        `error` is no such refusal. The setting itself stays as the user chose it."""
-        fit = refused_max_tokens(error)
-        prompt = self.conversation.pending_prompt
-        if fit is None or prompt is None:
-            return False
-        num_prompt_tokens, context_len = fit
-        wanted = self._sent_params.max_tokens
-        max_tokens = fitted_max_tokens(num_prompt_tokens, wanted, context_len)
-        if max_tokens >= wanted:
-            return False
-        await reply.remove()  # the refused attempt has no text: the retry takes its place
-        self.active_reply = None
-        await self._add(
-            Notice(
-                f"max_tokens {wanted} does not fit: the prompt has {num_prompt_tokens} tokens "
-                f"of the model's {context_len}-token context, so this reply may use at most "
-                f"{max_tokens}."
-            )
+    async def on_reply_cut(self, event: ReplyCut) -> None:
+        """max_tokens left the prompt no room: say so (the client already asks for what fits;
+        the setting itself stays as the user chose it)."""
+        reply = self._current(event.reply_number)
+        if reply is None:
+            return
+        cut = event.cut
+        notice = Notice(
+            f"max_tokens {cut.wanted_max_tokens} does not fit: the prompt has "
+            f"{cut.num_prompt_tokens} tokens of the model's {cut.max_model_len}-token "
+            f"context, so this reply may use at most {cut.max_tokens}."
         )
-        params = dataclasses.replace(self._sent_params, max_tokens=max_tokens)
-        await self._start_reply(prompt, self._sent_messages, params, show_prompt=False)
-        return True
+        await self._add(notice, before=reply)  # above the reply it is about
 
     async def _retry_with_less_history(self, reply: AssistantReply, error: Any) -> bool:
         """The prompt is too long after all: drop one more exchange and send again; False if
