@@ -9,7 +9,9 @@ the ZeroMQ client and over HTTP SSE, alternating, --repeats times. A request's T
 the median over requests, then over repeats. The ratio served / offline is the daemon's
 overhead per token at that batch (issue 20 asks for at most 1.10). The daemon's engine
 ITL over the same runs (its since-start histogram) tells a slower engine (its forward
-pass shares the cores with the daemon's threads) from slower delivery.
+pass shares the cores with the daemon's threads) from slower delivery. The median ITL
+ratio compares typical decode steps: a prefill that lands inside the decodes (16 x 256
+prompt tokens over a 2,048-token budget) moves a TPOT, offline and served differently.
 
     .venv/bin/python scripts/bench_daemon_overhead.py --model /tmp/smollm2-135m-random
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -42,39 +45,50 @@ def _prompts(num: int, input_len: int, vocab_size: int, seed: int) -> list[list[
     return [[rng.randrange(10, vocab_size) for _ in range(input_len)] for _ in range(num)]
 
 
-def _tpot(times: list[float], num_tokens: int) -> float:
-    """Seconds per output token after the first, from (first, last) token arrival times."""
-    return (times[-1] - times[0]) / max(1, num_tokens - 1)
+Figures = tuple[float, float]
+"""(TPOT, median ITL) of one request, seconds: the median ITL is its typical decode step,
+which a prefill landing inside the decodes moves less than the mean."""
 
 
-def _offline_tpot(llm, prompts: list[list[int]], params: dict) -> float:
+def _figures(times: list[float]) -> Figures:
+    """TPOT (first to last token over the gaps) and the median gap, from arrival times."""
+    gaps = [b - a for a, b in itertools.pairwise(times)] or [0.0]
+    return (times[-1] - times[0]) / max(1, len(times) - 1), statistics.median(gaps)
+
+
+def _medians(per_request: list[Figures]) -> Figures:
+    return (
+        statistics.median(f[0] for f in per_request),
+        statistics.median(f[1] for f in per_request),
+    )
+
+
+def _offline_figures(llm, prompts: list[list[int]], params: dict) -> Figures:
     from llmd.sampling_params import SamplingParams
 
     outputs = llm.generate(prompts, SamplingParams(**params))
-    return statistics.median(o.metrics.tpot for o in outputs)
+    return _medians([(o.metrics.tpot, statistics.median(o.metrics.itl)) for o in outputs])
 
 
-async def _zmq_tpot(address: str, prompts: list[list[int]], params: dict) -> float:
-    async def one(client: AsyncClient, prompt: list[int]) -> float:
-        times, num_tokens = [], 0
+async def _zmq_figures(address: str, prompts: list[list[int]], params: dict) -> Figures:
+    async def one(client: AsyncClient, prompt: list[int]) -> Figures:
+        times = []
         async for event in client.stream(prompt_token_ids=prompt, params=params):
             if isinstance(event, TokenDelta) and event.token_ids:
                 times.append(time.perf_counter())
-                num_tokens += len(event.token_ids)
-        return _tpot(times, len(times))
+        return _figures(times)
 
     async with AsyncClient(address, timeout=120) as client:
-        return statistics.median(await asyncio.gather(*(one(client, p) for p in prompts)))
+        return _medians(await asyncio.gather(*(one(client, p) for p in prompts)))
 
 
-async def _http_tpot(url: str, prompts: list[list[int]], params: dict) -> float:
-    async def one(client: httpx.AsyncClient, prompt: list[int]) -> float:
-        times = await _http_token_times(client, url, prompt, params)
-        return _tpot(times, len(times))
+async def _http_figures(url: str, prompts: list[list[int]], params: dict) -> Figures:
+    async def one(client: httpx.AsyncClient, prompt: list[int]) -> Figures:
+        return _figures(await _http_token_times(client, url, prompt, params))
 
     limits = httpx.Limits(max_connections=len(prompts) + 4)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
-        return statistics.median(await asyncio.gather(*(one(client, p) for p in prompts)))
+        return _medians(await asyncio.gather(*(one(client, p) for p in prompts)))
 
 
 def main() -> None:
@@ -114,22 +128,23 @@ def main() -> None:
             vocab_size = llm.tokenizer.vocab_size
             print(f"daemon placement {placement}; offline threads {num_threads}", flush=True)
             warm = _prompts(2, args.input_len, vocab_size, seed=0)
-            _offline_tpot(llm, warm, params)
-            asyncio.run(_zmq_tpot(address, warm, params))
-            asyncio.run(_http_tpot(url, warm, params))
+            _offline_figures(llm, warm, params)
+            asyncio.run(_zmq_figures(address, warm, params))
+            asyncio.run(_http_figures(url, warm, params))
             for concurrency in (int(c) for c in args.concurrency.split(",")):
-                figures: dict[str, list[float]] = {"offline": [], "zmq": [], "http": []}
+                figures: dict[str, list[Figures]] = {"offline": [], "zmq": [], "http": []}
                 engine_itl = [0.0, 0]
                 for repeat in range(args.repeats):
                     prompts = _prompts(concurrency, args.input_len, vocab_size, seed=repeat + 1)
-                    figures["offline"].append(_offline_tpot(llm, prompts, params))
+                    figures["offline"].append(_offline_figures(llm, prompts, params))
                     before = _engine_itl(address)
-                    figures["zmq"].append(asyncio.run(_zmq_tpot(address, prompts, params)))
-                    figures["http"].append(asyncio.run(_http_tpot(url, prompts, params)))
+                    figures["zmq"].append(asyncio.run(_zmq_figures(address, prompts, params)))
+                    figures["http"].append(asyncio.run(_http_figures(url, prompts, params)))
                     after = _engine_itl(address)
                     engine_itl[0] += after[0] - before[0]
                     engine_itl[1] += after[1] - before[1]
-                ms = {route: 1000 * statistics.median(v) for route, v in figures.items()}
+                ms = {r: 1000 * statistics.median(f[0] for f in v) for r, v in figures.items()}
+                itl = {r: 1000 * statistics.median(f[1] for f in v) for r, v in figures.items()}
                 row = {
                     "concurrency": concurrency,
                     "offline_tpot_ms": round(ms["offline"], 2),
@@ -137,15 +152,22 @@ def main() -> None:
                     "http_tpot_ms": round(ms["http"], 2),
                     "zmq_over_offline": round(ms["zmq"] / ms["offline"], 3),
                     "http_over_offline": round(ms["http"] / ms["offline"], 3),
+                    "offline_itl_ms": round(itl["offline"], 2),
+                    "zmq_itl_over_offline": round(itl["zmq"] / itl["offline"], 3),
+                    "http_itl_over_offline": round(itl["http"] / itl["offline"], 3),
                     "daemon_engine_itl_ms": round(1000 * engine_itl[0] / max(engine_itl[1], 1), 2),
-                    "runs_ms": {r: [round(1000 * x, 2) for x in v] for r, v in figures.items()},
+                    "runs_ms": {
+                        r: [[round(1000 * x, 2) for x in f] for f in v] for r, v in figures.items()
+                    },
                 }
                 rows.append(row)
                 print(
                     f"c={concurrency:3d}: TPOT offline {ms['offline']:.2f} ms, zeromq "
                     f"{ms['zmq']:.2f} ms ({row['zmq_over_offline']:.3f}x), http "
                     f"{ms['http']:.2f} ms ({row['http_over_offline']:.3f}x); daemon engine ITL "
-                    f"{row['daemon_engine_itl_ms']:.2f} ms (median of {args.repeats})",
+                    f"{row['daemon_engine_itl_ms']:.2f} ms; median ITL offline "
+                    f"{itl['offline']:.2f} ms, zeromq {row['zmq_itl_over_offline']:.3f}x, http "
+                    f"{row['http_itl_over_offline']:.3f}x (median of {args.repeats})",
                     flush=True,
                 )
         finally:
