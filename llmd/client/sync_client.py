@@ -24,6 +24,7 @@ from llmd.protocol import (
     Accepted,
     DaemonMessage,
     Finished,
+    GenerateRequest,
     HealthRequest,
     ProtocolError,
     ShutdownRequest,
@@ -44,8 +45,8 @@ class Client(ClientShell):
 
     def __init__(self, address: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self._core = ClientCore(address or default_address(), timeout)
-        self._context = zmq.Context.instance()
-        self._socket: zmq.Socket | None = None
+        self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        self._socket: zmq.Socket[bytes] | None = None
 
     # ---------------------------------------------------------------- public API
 
@@ -182,7 +183,7 @@ class Client(ClientShell):
 
     # ---------------------------------------------------------------- internals
 
-    def _connected(self) -> zmq.Socket:
+    def _connected(self) -> zmq.Socket[bytes]:
         if self._socket is None:
             socket = make_socket(self._context, self.address)
             try:
@@ -193,7 +194,7 @@ class Client(ClientShell):
             self._socket = socket
         return self._socket
 
-    def _handshake(self, socket: zmq.Socket) -> None:
+    def _handshake(self, socket: zmq.Socket[bytes]) -> None:
         """Ask a new connection's daemon for its instance id and message limit."""
         hello = self._core.hello()
         self._core.open(hello.id)
@@ -214,7 +215,7 @@ class Client(ClientShell):
         self._core.check_size(payload)
         self._send_on(socket, payload)
 
-    def _send_on(self, socket: zmq.Socket, payload: bytes) -> None:
+    def _send_on(self, socket: zmq.Socket[bytes], payload: bytes) -> None:
         if not socket.poll(int(self.timeout * 1000), zmq.POLLOUT):
             raise daemon_not_running(self.address, f"could not send for {self.timeout:g}s")
         try:
@@ -242,7 +243,7 @@ class Client(ClientShell):
         finally:
             self._core.close(message.id)
 
-    def _events(self, request: Any) -> Iterator[StreamEvent]:
+    def _events(self, request: GenerateRequest) -> Iterator[StreamEvent]:
         self._core.open(request.id, is_stream=True)
         is_ended = False
         try:
@@ -281,7 +282,7 @@ class Client(ClientShell):
                 self._send(probe)
         return message
 
-    def _read_available(self, socket: zmq.Socket) -> None:
+    def _read_available(self, socket: zmq.Socket[bytes]) -> None:
         while True:
             try:
                 payload = socket.recv(zmq.NOBLOCK)

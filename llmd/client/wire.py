@@ -12,7 +12,7 @@ import os
 import socket
 import time
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 import zmq
 
@@ -33,9 +33,11 @@ LINGER_MS = 500
 MAX_REPLY_BYTES = 256 * 1024 * 1024
 TCP_PROBE_TIMEOUT_S = 0.5
 """How long the connect-time probe of a tcp address may take before ZeroMQ is left to it."""
+SocketT = TypeVar("SocketT", bound="zmq.Socket[object]")
+"""A sync or an asyncio socket: `make_socket` returns the kind its context makes."""
 
 
-def make_socket(context: zmq.Context, address: str) -> zmq.Socket:
+def make_socket(context: zmq.Context[SocketT], address: str) -> SocketT:
     """A DEALER connected to `address`; fails fast when nothing is there to connect to.
 
     That is an ipc socket file that does not exist, or a tcp port that refuses connections

@@ -55,3 +55,7 @@ class SnapshotCommand:
     include_block_map: bool = True
     timeline_request_ids: tuple[str, ...] = ()
     max_requests: int = 64
+
+
+EngineCommand = AddCommand | AbortCommand | FinishCommand | SnapshotCommand
+"""Everything `EngineLoop.submit` takes; the engine thread dispatches on the class."""

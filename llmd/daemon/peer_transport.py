@@ -59,7 +59,7 @@ class PeerTransport:
         self, instance_id: str, max_message_bytes: int, on_peer_gone: Callable[[bytes], None]
     ) -> None:
         self.max_message_bytes = max_message_bytes
-        self.socket: zmq.Socket | None = None
+        self.socket: zmq.Socket[bytes] | None = None
         """Set once the daemon is bound; sends before that are dropped."""
         self.gone_peers: set[bytes] = set()
         """Peers found unreachable that still have requests to end; nothing is sent to them."""

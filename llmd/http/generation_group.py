@@ -12,11 +12,19 @@ import contextlib
 from collections import deque
 from typing import Any
 
-from llmd.client import AsyncClient, Completion
+from llmd.client import AsyncClient, Completion, StreamEvent
 from llmd.protocol import Accepted
 
-_DONE = object()
+
+class _Done:
+    """The class of `_DONE`, so that the queue's item type names it."""
+
+
+_DONE = _Done()
 """Marks the end of one prompt's stream in the queue."""
+
+GroupItem = StreamEvent | Completion
+"""What `next` returns for one prompt: a stream's event, or a whole completion."""
 
 
 class GenerationGroup:
@@ -39,9 +47,9 @@ class GenerationGroup:
         self._inputs = inputs
         self._params = params
         self._stream = stream
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._buffer: deque[tuple[int, Any]] = deque()
-        self._tasks: list[asyncio.Task] = []
+        self._queue: asyncio.Queue[tuple[int, GroupItem | Exception | _Done]] = asyncio.Queue()
+        self._buffer: deque[tuple[int, GroupItem | Exception | _Done]] = deque()
+        self._tasks: list[asyncio.Task[None]] = []
         self._is_cancelled = False
         self.num_open = len(inputs)
         """Prompts whose stream has not ended yet."""
@@ -61,14 +69,14 @@ class GenerationGroup:
         for task in self._tasks:
             task.cancel()
 
-    async def next(self) -> tuple[int, Any] | None:
+    async def next(self) -> tuple[int, GroupItem] | None:
         """The next (prompt index, event or Completion); None once every stream ended.
 
         An error reply is raised here as the typed exception the daemon reported.
         """
         while self.num_open:
             index, item = self._buffer.popleft() if self._buffer else await self._queue.get()
-            if item is _DONE:
+            if isinstance(item, _Done):
                 self.num_open -= 1
                 continue
             if isinstance(item, BaseException):
@@ -83,13 +91,13 @@ class GenerationGroup:
         refusal (too long, overloaded) is still answered with an HTTP status, not a stream.
         """
         pending = set(range(len(self._inputs)))
-        held: list[tuple[int, Any]] = []
+        held: list[tuple[int, GroupItem | _Done]] = []
         while pending:
             index, item = await self._queue.get()
             if isinstance(item, BaseException):
                 raise item
             held.append((index, item))
-            if isinstance(item, Accepted) or item is _DONE:
+            if isinstance(item, (Accepted, _Done)):
                 pending.discard(index)
         self._buffer.extend(held)
 
@@ -97,7 +105,9 @@ class GenerationGroup:
         """Non-streaming: every prompt's Completion, in prompt order."""
         results: list[Completion | None] = [None] * len(self._inputs)
         while (item := await self.next()) is not None:
-            results[item[0]] = item[1]
+            index, result = item
+            if isinstance(result, Completion):  # without streaming, nothing else is queued
+                results[index] = result
         return [result for result in results if result is not None]
 
     async def _pump(self, index: int, kwargs: dict[str, Any]) -> None:

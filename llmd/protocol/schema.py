@@ -8,7 +8,6 @@ message can never carry a value its annotation does not allow.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
 from typing import Any, ClassVar, Union
@@ -77,14 +76,21 @@ def check_envelope(data: dict[str, Any], expected_type: str | None = None) -> st
     return message_type
 
 
-def _is_required(field: dataclasses.Field) -> bool:
+def _is_required(field: dataclasses.Field[object]) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
-@functools.cache
-def _field_hints(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {field.name: hints[field.name] for field in dataclasses.fields(cls)}
+_HINTS_BY_CLASS: dict[type, dict[str, object]] = {}
+"""Each message class's field annotations, resolved once (get_type_hints is slow)."""
+
+
+def _field_hints(cls: type) -> dict[str, object]:
+    field_hints = _HINTS_BY_CLASS.get(cls)
+    if field_hints is None:
+        hints = typing.get_type_hints(cls)
+        field_hints = {field.name: hints[field.name] for field in dataclasses.fields(cls)}
+        _HINTS_BY_CLASS[cls] = field_hints
+    return field_hints
 
 
 def check_value(value: Any, hint: Any, name: str) -> Any:
