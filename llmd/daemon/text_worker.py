@@ -37,6 +37,7 @@ from llmd.protocol import (
     Accepted,
     ErrorReply,
     GenerateRequest,
+    LogprobEntry,
     PrefillProgress,
     RequestFailedError,
     TokenDelta,
@@ -343,7 +344,7 @@ class TextWorker:
         self.outbox.post(Send(peer, encode(reply), (peer, client_id)))
 
 
-def _logprob_dict(logprob: TokenLogprob, tokenizer: Tokenizer) -> dict[str, Any]:
+def _logprob_dict(logprob: TokenLogprob, tokenizer: Tokenizer) -> LogprobEntry:
     def text_of(token_id: int) -> str:  # a token's own text, as OpenAI's logprobs show it
         return tokenizer.decode([token_id], skip_special_tokens=False)
 
