@@ -62,7 +62,7 @@ class AsyncClient(ClientShell):
         *,
         messages: Sequence[dict[str, str]] | None = None,
         prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, Any] | None = None,
+        params: SamplingParams | dict[str, object] | None = None,
         priority: int = 0,
         label: str | None = None,
     ) -> Completion:
@@ -89,7 +89,7 @@ class AsyncClient(ClientShell):
         *,
         messages: Sequence[dict[str, str]] | None = None,
         prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, Any] | None = None,
+        params: SamplingParams | dict[str, object] | None = None,
         priority: int = 0,
         label: str | None = None,
     ) -> AsyncGenerator[StreamEvent, None]:
@@ -146,7 +146,7 @@ class AsyncClient(ClientShell):
         )
         return self._snapshots(request)
 
-    async def health(self) -> dict[str, Any]:
+    async def health(self) -> dict[str, object]:
         """The daemon's health reply as a dict."""
         return health_dict(await self._request(HealthRequest(self._core.new_id())))
 
@@ -178,7 +178,7 @@ class AsyncClient(ClientShell):
     async def __aenter__(self) -> AsyncClient:
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     # ---------------------------------------------------------------- internals

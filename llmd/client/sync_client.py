@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import zmq
@@ -56,7 +56,7 @@ class Client(ClientShell):
         *,
         messages: Sequence[dict[str, str]] | None = None,
         prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, Any] | None = None,
+        params: SamplingParams | dict[str, object] | None = None,
         priority: int = 0,
         label: str | None = None,
     ) -> Completion:
@@ -82,10 +82,10 @@ class Client(ClientShell):
         *,
         messages: Sequence[dict[str, str]] | None = None,
         prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, Any] | None = None,
+        params: SamplingParams | dict[str, object] | None = None,
         priority: int = 0,
         label: str | None = None,
-    ) -> Iterator[StreamEvent]:
+    ) -> Generator[StreamEvent, None, None]:
         """Yield Accepted, PrefillProgress, TokenDelta and finally Finished events.
 
         The request is sent on the first next(); closing the iterator early aborts it.
@@ -139,7 +139,7 @@ class Client(ClientShell):
         )
         return self._snapshots(request)
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> dict[str, object]:
         """The daemon's health reply as a dict (status, is_healthy, pid, model, ...)."""
         return health_dict(self._request(HealthRequest(self._core.new_id())))
 
@@ -178,7 +178,7 @@ class Client(ClientShell):
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # ---------------------------------------------------------------- internals
@@ -243,7 +243,7 @@ class Client(ClientShell):
         finally:
             self._core.close(message.id)
 
-    def _events(self, request: GenerateRequest) -> Iterator[StreamEvent]:
+    def _events(self, request: GenerateRequest) -> Generator[StreamEvent, None, None]:
         self._core.open(request.id, is_stream=True)
         is_ended = False
         try:

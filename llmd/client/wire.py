@@ -12,7 +12,8 @@ import os
 import socket
 import time
 import uuid
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import TypeVar
 
 import zmq
 
@@ -103,7 +104,7 @@ def with_expiry(request: GenerateRequest, timeout: float) -> GenerateRequest:
     return dataclasses.replace(request, expires_at=time.time() + timeout)
 
 
-def unencodable_field(data: dict[str, Any]) -> str | None:
+def unencodable_field(data: Mapping[str, object]) -> str | None:
     """The field (or sampling parameter) of a message map that msgpack cannot encode."""
     for name, value in data.items():
         try:
@@ -115,7 +116,7 @@ def unencodable_field(data: dict[str, Any]) -> str | None:
     return None
 
 
-def is_duplicate_refusal(message: Any) -> bool:
+def is_duplicate_refusal(message: object) -> bool:
     """An error refusing a generate that reused an id in flight: not about the live request.
 
     This client never reuses an id, so such a refusal answers a message it did not send as

@@ -11,7 +11,10 @@ import contextlib
 import os
 import queue
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llmd.daemon.engine_state import EngineState
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class SnapshotReady:
 
     peer: bytes
     client_id: str
-    engine_state: dict[str, Any]
+    engine_state: EngineState
     is_subscription: bool
 
 

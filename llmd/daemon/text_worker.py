@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from llmd.daemon.engine_batch import EngineBatch, UpdateRecord
 from llmd.daemon.engine_commands import AbortCommand, AddCommand, FinishCommand
@@ -47,6 +48,8 @@ from llmd.protocol import (
 from llmd.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 NUM_PROGRESS_STEPS = 4
 """Prefill progress is reported at most at each quarter of a long prompt."""
@@ -245,7 +248,7 @@ class TextWorker:
         for request in batch.ended:
             self._guarded(request.request_id, self._on_ended, request)
 
-    def _guarded(self, engine_id: str, handler: Any, argument: Any) -> None:
+    def _guarded(self, engine_id: str, handler: Callable[[T], None], argument: T) -> None:
         """Run a per-request handler; a failure ends that request only."""
         try:
             handler(argument)

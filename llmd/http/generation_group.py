@@ -10,10 +10,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import Any
+from typing import TypedDict
 
 from llmd.client import AsyncClient, Completion, StreamEvent
 from llmd.protocol import Accepted
+
+
+class PromptInput(TypedDict, total=False):
+    """One daemon request of a group: its prompt in one of three forms, and its own params."""
+
+    prompt: str
+    messages: list[dict[str, str]]
+    prompt_token_ids: list[int]
+    params: dict[str, object]
+    """Replaces the group's params (the n choices of one prompt differ by seed)."""
 
 
 class _Done:
@@ -36,8 +46,8 @@ class GenerationGroup:
     def __init__(
         self,
         client: AsyncClient,
-        inputs: list[dict[str, Any]],
-        params: dict[str, Any],
+        inputs: list[PromptInput],
+        params: dict[str, object],
         stream: bool,
         label: str | None = None,
     ) -> None:
@@ -110,11 +120,15 @@ class GenerationGroup:
                 results[index] = result
         return [result for result in results if result is not None]
 
-    async def _pump(self, index: int, kwargs: dict[str, Any]) -> None:
+    async def _pump(self, index: int, prompt: PromptInput) -> None:
         try:
             if self._stream:
                 stream = self._client.stream(
-                    **{"params": self._params, "label": self._label, **kwargs}
+                    prompt.get("prompt"),
+                    messages=prompt.get("messages"),
+                    prompt_token_ids=prompt.get("prompt_token_ids"),
+                    params=prompt.get("params", self._params),
+                    label=self._label,
                 )
                 async with contextlib.aclosing(stream) as events:
                     async for event in events:
@@ -123,7 +137,11 @@ class GenerationGroup:
                         self._queue.put_nowait((index, event))
             else:
                 completion = await self._client.generate(
-                    **{"params": self._params, "label": self._label, **kwargs}
+                    prompt.get("prompt"),
+                    messages=prompt.get("messages"),
+                    prompt_token_ids=prompt.get("prompt_token_ids"),
+                    params=prompt.get("params", self._params),
+                    label=self._label,
                 )
                 self._queue.put_nowait((index, completion))
         except asyncio.CancelledError:
