@@ -156,7 +156,9 @@ class StatsPublisher:
             self.on_ready(SnapshotReady(b"", "", {}, False))
             return
         requests = [w.request for w in waiters]
-        timeline_ids = {r.timeline_request_id for r in requests} - {None}
+        timeline_ids = sorted(
+            {r.timeline_request_id for r in requests if r.timeline_request_id is not None}
+        )
         outbox = self._outbox
 
         def on_ready(engine_state: EngineState) -> None:  # runs in the engine thread
@@ -168,7 +170,7 @@ class StatsPublisher:
                 on_ready,
                 any(r.include_requests for r in requests),
                 any(r.include_block_map for r in requests),
-                tuple(sorted(timeline_ids)),  # type: ignore[arg-type]
+                tuple(timeline_ids),
                 max(r.max_requests for r in requests),
             )
         )
