@@ -7,6 +7,7 @@ start instantly on machines without torch.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -60,8 +61,8 @@ Examples:
 @click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
 @click.argument("prompts", nargs=-1, required=True)
 @click.pass_context
-def generate(ctx: click.Context, prompts: tuple[str, ...], as_chat: bool, stats: bool,
-             local: bool, address: str | None, **kwargs) -> None:  # fmt: skip
+def generate(ctx: click.Context, /, prompts: tuple[str, ...], as_chat: bool, stats: bool,
+             local: bool, address: str | None, **kwargs: Any) -> None:  # fmt: skip
     """Generate completions for PROMPTS (`-` reads one from stdin; one prompt streams).
 
     Uses the daemon running at --address when there is one, else loads the model here.

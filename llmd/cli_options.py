@@ -7,7 +7,7 @@ clients take the same sampling flags, so each flag is declared once, here, witho
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from llmd.batch_limits import describe_defaults
 from llmd.config import (
@@ -71,10 +71,14 @@ SAMPLING_FLAGS = (
 SAMPLING_OPTIONS = [click_option(SamplingParams, flag) for flag in SAMPLING_FLAGS]
 
 
-def apply_options(options: list[Callable]) -> Callable:
+F = TypeVar("F", bound=Callable[..., object])
+"""A click command function, before and after its options are applied."""
+
+
+def apply_options(options: list[Callable[[F], F]]) -> Callable[[F], F]:
     """Decorate a click command with a list of options, in order."""
 
-    def decorate(function: Callable) -> Callable:
+    def decorate(function: F) -> F:
         for option in reversed(options):
             function = option(function)
         return function

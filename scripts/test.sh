@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install.sh
 .venv/bin/ruff check .
+.venv/bin/python -m mypy  # the files and rules are in pyproject.toml's [tool.mypy]
 ASYNC_TARGETS=(tests/daemon tests/http tests/tui)
 if [ "$#" -gt 0 ]; then
     ASYNC_TARGETS=()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import zmq
@@ -25,6 +25,7 @@ from llmd.protocol import (
     Accepted,
     DaemonMessage,
     Finished,
+    GenerateRequest,
     HealthRequest,
     ProtocolError,
     ShutdownRequest,
@@ -47,10 +48,10 @@ class AsyncClient(ClientShell):
         self._core = ClientCore(address or default_address(), timeout)
         self._context = zmq.asyncio.Context.instance()
         self._socket: zmq.asyncio.Socket | None = None
-        self._reader: asyncio.Task | None = None
+        self._reader: asyncio.Task[None] | None = None
         self._wakeups: dict[str, asyncio.Event] = {}
         """Per open request: set when the core filed something in its inbox."""
-        self._hello: asyncio.Task | None = None
+        self._hello: asyncio.Task[None] | None = None
         """The handshake of the current socket (shared by every coroutine that waits on it)."""
 
     # ---------------------------------------------------------------- public API
@@ -61,7 +62,7 @@ class AsyncClient(ClientShell):
         *,
         messages: Sequence[dict[str, str]] | None = None,
         prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, Any] | None = None,
+        params: SamplingParams | dict[str, object] | None = None,
         priority: int = 0,
         label: str | None = None,
     ) -> Completion:
@@ -88,10 +89,10 @@ class AsyncClient(ClientShell):
         *,
         messages: Sequence[dict[str, str]] | None = None,
         prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, Any] | None = None,
+        params: SamplingParams | dict[str, object] | None = None,
         priority: int = 0,
         label: str | None = None,
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Async-iterate Accepted, PrefillProgress, TokenDelta and finally Finished.
 
         Closing the iterator early (`contextlib.aclosing`, or garbage collection) aborts it.
@@ -145,7 +146,7 @@ class AsyncClient(ClientShell):
         )
         return self._snapshots(request)
 
-    async def health(self) -> dict[str, Any]:
+    async def health(self) -> dict[str, object]:
         """The daemon's health reply as a dict."""
         return health_dict(await self._request(HealthRequest(self._core.new_id())))
 
@@ -177,7 +178,7 @@ class AsyncClient(ClientShell):
     async def __aenter__(self) -> AsyncClient:
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     # ---------------------------------------------------------------- internals
@@ -186,7 +187,7 @@ class AsyncClient(ClientShell):
         """The socket, connected and past its handshake (one per socket, shared)."""
         loop = asyncio.get_running_loop()
         if self._socket is None:
-            self._socket = make_socket(self._context, self.address)  # type: ignore[assignment]
+            self._socket = make_socket(self._context, self.address)
             self._hello = None
         if self._reader is None or self._reader.done():
             self._reader = loop.create_task(self._read_forever())
@@ -197,7 +198,7 @@ class AsyncClient(ClientShell):
         except Exception:
             await self._drop_socket(linger=0)
             raise
-        return self._socket  # type: ignore[return-value]
+        return self._socket
 
     async def _handshake(self) -> None:
         """Ask a new connection's daemon for its instance id and message limit."""
@@ -275,7 +276,7 @@ class AsyncClient(ClientShell):
         finally:
             self._close(message.id)
 
-    async def _events(self, request: Any) -> AsyncIterator[StreamEvent]:
+    async def _events(self, request: GenerateRequest) -> AsyncGenerator[StreamEvent, None]:
         self._open(request.id, is_stream=True)
         is_ended = False
         try:

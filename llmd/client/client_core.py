@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
 
 from llmd.client.errors import daemon_not_running
 from llmd.client.in_flight import InFlight
@@ -80,7 +79,7 @@ class ClientCore:
         prompt: str | None,
         messages: Sequence[dict[str, str]] | None,
         prompt_token_ids: Sequence[int] | None,
-        params: SamplingParams | dict[str, Any] | None,
+        params: SamplingParams | dict[str, object] | None,
         priority: int,
         stream: bool,
         label: str | None,
@@ -215,7 +214,7 @@ def one_shot_reply(reply: DaemonMessage) -> DaemonMessage:
     return reply
 
 
-def health_dict(reply: DaemonMessage) -> dict[str, Any]:
+def health_dict(reply: DaemonMessage) -> dict[str, object]:
     """A health reply as the dict `health()` returns (status, is_healthy, pid, model, ...)."""
     if not isinstance(reply, HealthReply):
         raise ProtocolError(f"unexpected {type(reply).__name__} reply to health", "type")

@@ -7,9 +7,8 @@ Finished); a blocking `generate` folds them into one Completion.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from llmd.protocol import Accepted, Finished, PrefillProgress, TokenDelta
+from llmd.protocol import Accepted, Finished, LogprobEntry, PrefillProgress, TokenDelta
 from llmd.wait_breakdown import WaitBreakdown
 
 StreamEvent = Accepted | PrefillProgress | TokenDelta | Finished
@@ -34,7 +33,7 @@ class Completion:
     """prompt_tokens, completion_tokens, cached_tokens."""
     timings: dict[str, float | None]
     """Seconds: queue, prefill, ttft, decode, tpot, e2e."""
-    logprobs: list[dict[str, Any]] | None = None
+    logprobs: list[LogprobEntry] | None = None
     num_preemptions: int = 0
     waits: WaitBreakdown | None = None
     """Why it waited, its prefill chunks and prefix hits (None from a daemon that does not say)."""

@@ -32,7 +32,7 @@ async def wait_within(awaitable: Awaitable[T], timeout_s: float | None) -> T:
     return task.result()
 
 
-async def get_within(queue: asyncio.Queue, timeout_s: float | None) -> object:
+async def get_within(queue: asyncio.Queue[T], timeout_s: float | None) -> T:
     """The next item of `queue` (at once if one is there), as `wait_within` times and cancels.
 
     A timed-out get leaves a late item in the queue; a cancelled one may take it with it

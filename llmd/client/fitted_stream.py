@@ -9,14 +9,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 from llmd.client.completion import StreamEvent
 from llmd.client.context_fit import MaxTokensCut, max_tokens_cut
 from llmd.errors import RequestRejectedError
 from llmd.protocol import TokenDelta
 from llmd.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is Python 3.11+
+
+    from llmd.client.async_client import AsyncClient
+    from llmd.client.sync_client import Client
+
+
+class StreamRequest(TypedDict, total=False):
+    """The keywords of `Client.stream` besides `params`, passed through as given."""
+
+    prompt: str | None
+    messages: Sequence[dict[str, str]] | None
+    prompt_token_ids: Sequence[int] | None
+    priority: int
+    label: str | None
 
 
 class FitRetry:
@@ -46,11 +62,11 @@ class FitRetry:
 
 
 def stream_fitted(
-    client: Any,
+    client: Client,
     params: SamplingParams,
     on_cut: Callable[[MaxTokensCut], None],
-    **request: Any,
-) -> Iterator[StreamEvent]:
+    **request: Unpack[StreamRequest],
+) -> Generator[StreamEvent, None, None]:
     """`client.stream(params=params, **request)`, sent again once with the max_tokens that
     fits if the daemon refuses it for the context; closing it closes the stream."""
     retry = FitRetry(params, on_cut)
@@ -66,11 +82,11 @@ def stream_fitted(
 
 
 async def astream_fitted(
-    client: Any,
+    client: AsyncClient,
     params: SamplingParams,
     on_cut: Callable[[MaxTokensCut], None],
-    **request: Any,
-) -> AsyncIterator[StreamEvent]:
+    **request: Unpack[StreamRequest],
+) -> AsyncGenerator[StreamEvent, None]:
     """The same for an AsyncClient: `stream_fitted` with async iteration."""
     retry = FitRetry(params, on_cut)
     while True:

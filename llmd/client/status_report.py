@@ -5,10 +5,55 @@ Pure functions of the snapshot dict, shared by the CLI and the TUI.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 
-def status_report(snapshot: dict[str, Any]) -> dict[str, Any]:
+class QueueReport(TypedDict):
+    """The requests in flight at the daemon and the engine's three queues."""
+
+    in_flight: int | None
+    waiting: int | None
+    running: int | None
+    preempted: int | None
+
+
+class KvReport(TypedDict):
+    """KV-cache blocks by state, the share in use and the prefix-cache hit rate."""
+
+    num_used: int | None
+    num_cached: int | None
+    num_free: int | None
+    num_total: int | None
+    usage: float | None
+    prefix_hit_rate: float | None
+
+
+class _StatusFields(TypedDict):
+    running: bool
+    state: str | None
+    error: str | None
+    address: str | None
+    pid: int | None
+    model: str | None
+    device: str | None
+    dtype: str | None
+    max_model_len: int | None
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    version: str | None
+    uptime_s: float | None
+    queue: QueueReport
+    kv: KvReport
+
+
+class StatusReport(_StatusFields, total=False):
+    """What `llmd status` shows (and prints with --json); None where the daemon had no value."""
+
+    log_file: str | None
+    """Added by `llmd status`, which knows where the daemon's log file is."""
+
+
+def status_report(snapshot: dict[str, Any]) -> StatusReport:
     """The fields `llmd status` shows, from a stats snapshot."""
     daemon = snapshot.get("daemon", {})
     queue = snapshot.get("queue", {})
@@ -44,11 +89,11 @@ def status_report(snapshot: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def format_status(report: dict[str, Any]) -> str:
+def format_status(report: StatusReport) -> str:
     """Human-readable lines of a status report (missing values print as '-')."""
     queue, kv = report["queue"], report["kv"]
 
-    def show(value: Any) -> str:
+    def show(value: object) -> str:
         return "-" if value is None else str(value)
 
     state = show(report["state"]) + (f" ({report['error']})" if report["error"] else "")

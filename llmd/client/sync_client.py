@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import zmq
@@ -24,6 +24,7 @@ from llmd.protocol import (
     Accepted,
     DaemonMessage,
     Finished,
+    GenerateRequest,
     HealthRequest,
     ProtocolError,
     ShutdownRequest,
@@ -44,8 +45,8 @@ class Client(ClientShell):
 
     def __init__(self, address: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self._core = ClientCore(address or default_address(), timeout)
-        self._context = zmq.Context.instance()
-        self._socket: zmq.Socket | None = None
+        self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        self._socket: zmq.Socket[bytes] | None = None
 
     # ---------------------------------------------------------------- public API
 
@@ -55,7 +56,7 @@ class Client(ClientShell):
         *,
         messages: Sequence[dict[str, str]] | None = None,
         prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, Any] | None = None,
+        params: SamplingParams | dict[str, object] | None = None,
         priority: int = 0,
         label: str | None = None,
     ) -> Completion:
@@ -81,10 +82,10 @@ class Client(ClientShell):
         *,
         messages: Sequence[dict[str, str]] | None = None,
         prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, Any] | None = None,
+        params: SamplingParams | dict[str, object] | None = None,
         priority: int = 0,
         label: str | None = None,
-    ) -> Iterator[StreamEvent]:
+    ) -> Generator[StreamEvent, None, None]:
         """Yield Accepted, PrefillProgress, TokenDelta and finally Finished events.
 
         The request is sent on the first next(); closing the iterator early aborts it.
@@ -138,7 +139,7 @@ class Client(ClientShell):
         )
         return self._snapshots(request)
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> dict[str, object]:
         """The daemon's health reply as a dict (status, is_healthy, pid, model, ...)."""
         return health_dict(self._request(HealthRequest(self._core.new_id())))
 
@@ -177,12 +178,12 @@ class Client(ClientShell):
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # ---------------------------------------------------------------- internals
 
-    def _connected(self) -> zmq.Socket:
+    def _connected(self) -> zmq.Socket[bytes]:
         if self._socket is None:
             socket = make_socket(self._context, self.address)
             try:
@@ -193,7 +194,7 @@ class Client(ClientShell):
             self._socket = socket
         return self._socket
 
-    def _handshake(self, socket: zmq.Socket) -> None:
+    def _handshake(self, socket: zmq.Socket[bytes]) -> None:
         """Ask a new connection's daemon for its instance id and message limit."""
         hello = self._core.hello()
         self._core.open(hello.id)
@@ -214,7 +215,7 @@ class Client(ClientShell):
         self._core.check_size(payload)
         self._send_on(socket, payload)
 
-    def _send_on(self, socket: zmq.Socket, payload: bytes) -> None:
+    def _send_on(self, socket: zmq.Socket[bytes], payload: bytes) -> None:
         if not socket.poll(int(self.timeout * 1000), zmq.POLLOUT):
             raise daemon_not_running(self.address, f"could not send for {self.timeout:g}s")
         try:
@@ -242,7 +243,7 @@ class Client(ClientShell):
         finally:
             self._core.close(message.id)
 
-    def _events(self, request: Any) -> Iterator[StreamEvent]:
+    def _events(self, request: GenerateRequest) -> Generator[StreamEvent, None, None]:
         self._core.open(request.id, is_stream=True)
         is_ended = False
         try:
@@ -281,7 +282,7 @@ class Client(ClientShell):
                 self._send(probe)
         return message
 
-    def _read_available(self, socket: zmq.Socket) -> None:
+    def _read_available(self, socket: zmq.Socket[bytes]) -> None:
         while True:
             try:
                 payload = socket.recv(zmq.NOBLOCK)

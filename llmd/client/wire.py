@@ -12,7 +12,8 @@ import os
 import socket
 import time
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import TypeVar
 
 import zmq
 
@@ -33,9 +34,11 @@ LINGER_MS = 500
 MAX_REPLY_BYTES = 256 * 1024 * 1024
 TCP_PROBE_TIMEOUT_S = 0.5
 """How long the connect-time probe of a tcp address may take before ZeroMQ is left to it."""
+SocketT = TypeVar("SocketT", bound="zmq.Socket[object]")
+"""A sync or an asyncio socket: `make_socket` returns the kind its context makes."""
 
 
-def make_socket(context: zmq.Context, address: str) -> zmq.Socket:
+def make_socket(context: zmq.Context[SocketT], address: str) -> SocketT:
     """A DEALER connected to `address`; fails fast when nothing is there to connect to.
 
     That is an ipc socket file that does not exist, or a tcp port that refuses connections
@@ -101,7 +104,7 @@ def with_expiry(request: GenerateRequest, timeout: float) -> GenerateRequest:
     return dataclasses.replace(request, expires_at=time.time() + timeout)
 
 
-def unencodable_field(data: dict[str, Any]) -> str | None:
+def unencodable_field(data: Mapping[str, object]) -> str | None:
     """The field (or sampling parameter) of a message map that msgpack cannot encode."""
     for name, value in data.items():
         try:
@@ -113,7 +116,7 @@ def unencodable_field(data: dict[str, Any]) -> str | None:
     return None
 
 
-def is_duplicate_refusal(message: Any) -> bool:
+def is_duplicate_refusal(message: object) -> bool:
     """An error refusing a generate that reused an id in flight: not about the live request.
 
     This client never reuses an id, so such a refusal answers a message it did not send as

@@ -7,6 +7,7 @@ Only click wiring lives here; the work is in llmd.bench, imported when a command
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -79,7 +80,12 @@ Examples:
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.pass_context
 def serve_command(
-    ctx: click.Context, request_rate: str, json_path: str | None, no_progress: bool, **kwargs
+    ctx: click.Context,
+    /,
+    request_rate: str,
+    json_path: str | None,
+    no_progress: bool,
+    **kwargs: Any,
 ) -> None:
     """Drive a running daemon with a seeded workload and report latency and goodput."""
     from llmd.bench.report import render_table, write_json

@@ -5,7 +5,12 @@ Declared once here so both commands spell, default and document them the same wa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
+
+if TYPE_CHECKING:
+    from llmd.bench.capacity import CapacityOptions
 
 
 def serve_options(function):
@@ -183,7 +188,7 @@ CAPACITY_FIELDS = (
 """The click parameters capacity_options adds besides the flag (CapacityOptions' fields)."""
 
 
-def pop_capacity(kwargs: dict):
+def pop_capacity(kwargs: dict[str, Any]) -> CapacityOptions | None:
     """Pop capacity_options' parameters from `kwargs`: CapacityOptions, or None without the flag."""
     from llmd.bench.capacity import CapacityOptions
 

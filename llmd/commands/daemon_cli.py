@@ -252,8 +252,8 @@ def status(address: str | None, as_json: bool) -> None:
             snapshot = client.stats(include_requests=False, include_block_map=False)
     except DaemonNotRunningError as error:
         if as_json:
-            report = {"running": False, "address": address, "error": str(error)}
-            click.echo(json.dumps(report, indent=2))
+            not_running = {"running": False, "address": address, "error": str(error)}
+            click.echo(json.dumps(not_running, indent=2))
             sys.exit(1)
         raise _fail(error) from None
     report = status_report(snapshot)

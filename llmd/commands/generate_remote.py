@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,11 +18,16 @@ from llmd.client.context_fit import MaxTokensCut
 from llmd.client.fitted_stream import stream_fitted
 from llmd.commands.generate_output import GeneratedText, TokenChoice
 
+if TYPE_CHECKING:
+    from llmd.client import Client, StreamEvent
+    from llmd.commands.generate import GenerateJob
+    from llmd.protocol import LogprobEntry
+
 PROBE_TIMEOUT_S = 1.0
 """How long `llmd generate` waits for a daemon's health reply before running in-process."""
 
 
-def find_daemon(address: str | None) -> Any | None:
+def find_daemon(address: str | None) -> Client | None:
     """A connected Client when a healthy daemon answers at `address`, else None."""
     from llmd.client import Client, DaemonNotRunningError
     from llmd.commands.daemon_files import read_daemon_files
@@ -47,24 +53,26 @@ def find_daemon(address: str | None) -> Any | None:
     return client
 
 
-def generate_remote(client: Any, job: Any) -> list[GeneratedText]:
+def generate_remote(client: Client, job: GenerateJob) -> list[GeneratedText]:
     """Send every prompt, then read the replies in order (streaming the text of a single one)."""
     with contextlib.ExitStack() as stack:
         streams = [_open_stream(client, job, prompt, stack) for prompt in job.prompts]
         return [_read(stream, is_streamed=len(streams) == 1) for stream in streams]
 
 
-def _open_stream(client: Any, job: Any, prompt: str, stack: Any) -> Any:
+def _open_stream(
+    client: Client, job: GenerateJob, prompt: str, stack: contextlib.ExitStack
+) -> Generator[StreamEvent, None, None]:
     """Send one prompt and wait until the daemon accepted it (raises its refusal).
 
     The daemon refuses a prompt + max_tokens beyond the context; like the in-process path,
     the stream warns and asks for what fits instead.
     """
     if job.as_chat:
-        request: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}]}
+        messages = [{"role": "user", "content": prompt}]
+        stream = stream_fitted(client, job.params, _warn, messages=messages)
     else:
-        request = {"prompt": prompt}
-    stream = stream_fitted(client, job.params, _warn, **request)
+        stream = stream_fitted(client, job.params, _warn, prompt=prompt)
     stack.enter_context(contextlib.closing(stream))
     next(stream)  # the `accepted` event
     return stream
@@ -74,7 +82,7 @@ def _warn(cut: MaxTokensCut) -> None:
     click.echo(cut.warning(), err=True)
 
 
-def _read(stream: Any, is_streamed: bool) -> GeneratedText:
+def _read(stream: Generator[StreamEvent, None, None], is_streamed: bool) -> GeneratedText:
     """Collect one request's deltas until it finishes."""
     from llmd.client import Finished, TokenDelta
 
@@ -107,13 +115,13 @@ def _read(stream: Any, is_streamed: bool) -> GeneratedText:
     raise RuntimeError("the daemon's event stream ended without a finished message")
 
 
-def _choice(entry: dict[str, Any], text: str | None) -> TokenChoice:
+def _choice(entry: LogprobEntry, text: str | None) -> TokenChoice:
     """One logprobs entry; the daemon sends each token's own text (special tokens too).
 
     `text` (the delta's text) stands in only for a daemon that sends no token texts.
     """
     token_ids = entry.get("top_token_ids", ())
-    texts = entry.get("top_tokens") or [None] * len(token_ids)
+    texts: Sequence[str | None] = entry.get("top_tokens") or [None] * len(token_ids)
     alternatives = tuple(
         (int(token_id), token_text, float(logprob))
         for token_id, token_text, logprob in zip(token_ids, texts, entry.get("top_logprobs", ()))

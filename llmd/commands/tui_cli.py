@@ -7,13 +7,16 @@ the apps import Textual and the client, never torch, so both start in well under
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from llmd.commands.cli_group import cli_error
 from llmd.commands.help_text import ADDRESS_DEFAULT, ADDRESS_HELP
 from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS
+
+if TYPE_CHECKING:
+    from llmd.sampling_params import SamplingParams
 
 CHAT_CHECK_TIMEOUT_S = 3.0
 """How long `llmd chat` waits for the daemon's health reply before giving up."""
@@ -129,7 +132,7 @@ def chat(address: str | None, prompt: str | None, system_prompt: str | None, sta
         click.echo(app.conversation.transcript())
 
 
-def _chat_params(settings: dict[str, Any]):
+def _chat_params(settings: dict[str, Any]) -> SamplingParams:
     """The chat's default sampling settings with the flags given on the command line."""
     import dataclasses
 

@@ -76,7 +76,7 @@ class ConnectionGate:
 
     def __init__(
         self,
-        router: zmq.Socket,
+        router: zmq.Socket[bytes],
         listener: Listener,
         max_connections: int,
         on_disconnect: Callable[[], None],
@@ -166,7 +166,6 @@ class ConnectionGate:
             elif event_id == zmq.EVENT_DISCONNECTED:
                 self.num_connections = max(0, self.num_connections - 1)
                 self._on_disconnect()
-        return
 
     def _shut_down(self, fd: int) -> None:
         """Shut an accepted connection down; libzmq then sees it end and closes the descriptor."""

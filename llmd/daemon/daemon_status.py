@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llmd import __version__
 from llmd.daemon.engine_facts import engine_facts
 from llmd.protocol import PROTOCOL_VERSION, HealthReply, HealthRequest
 
+if TYPE_CHECKING:
+    from llmd.daemon.server import Daemon
 
-def daemon_facts(daemon: Any) -> dict[str, Any]:
+
+def daemon_facts(daemon: Daemon) -> dict[str, object]:
     """The "daemon" section of a stats snapshot."""
     gate = daemon.gate
     admission = daemon.engine_loop.admission
@@ -39,7 +42,7 @@ def daemon_facts(daemon: Any) -> dict[str, Any]:
     }
 
 
-def health_reply(daemon: Any, peer: bytes, request: HealthRequest) -> HealthReply:
+def health_reply(daemon: Daemon, peer: bytes, request: HealthRequest) -> HealthReply:
     """The answer to `peer`'s health probe (naming which of its request ids are unknown)."""
     unknown = [
         request_id

@@ -66,7 +66,11 @@ def start_detached(options: ServeOptions, address: Address) -> tuple[int, Path]:
 
 
 def _wait_until_healthy(
-    process: subprocess.Popen, address: Address, log_path: Path, offset: int, timeout_s: float
+    process: subprocess.Popen[bytes],
+    address: Address,
+    log_path: Path,
+    offset: int,
+    timeout_s: float,
 ) -> None:
     from llmd.client import Client, DaemonNotRunningError
 

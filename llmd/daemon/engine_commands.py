@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llmd.engine.request import FinishReason
 from llmd.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from llmd.daemon.engine_state import EngineState
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,12 @@ class FinishCommand:
 class SnapshotCommand:
     """Collect the engine's part of a stats snapshot and pass it to `on_ready`."""
 
-    on_ready: Callable[[dict[str, Any]], None]
+    on_ready: Callable[[EngineState], None]
     include_requests: bool = True
     include_block_map: bool = True
     timeline_request_ids: tuple[str, ...] = ()
     max_requests: int = 64
+
+
+EngineCommand = AddCommand | AbortCommand | FinishCommand | SnapshotCommand
+"""Everything `EngineLoop.submit` takes; the engine thread dispatches on the class."""

@@ -6,8 +6,6 @@ I/O thread's stats snapshots and the roofline figures read the same numbers.
 
 from __future__ import annotations
 
-from typing import Any
-
 from llmd import __version__
 from llmd.daemon.serve_options import ServeOptions
 from llmd.engine.engine_snapshot import EngineFacts
@@ -49,7 +47,7 @@ def serving_metrics(facts: EngineFacts, options: ServeOptions) -> ServingMetrics
     )
 
 
-def engine_facts(facts: EngineFacts) -> dict[str, Any]:
+def engine_facts(facts: EngineFacts) -> dict[str, object]:
     """The engine's part of a snapshot's "daemon" section: what does not change while serving."""
     return {
         "model": facts.model,

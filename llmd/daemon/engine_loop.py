@@ -13,18 +13,30 @@ import queue
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llmd.daemon.admission import Admission
 from llmd.daemon.engine_batch import EngineBatch, UpdateRecord
-from llmd.daemon.engine_commands import AbortCommand, AddCommand, FinishCommand, SnapshotCommand
+from llmd.daemon.engine_commands import (
+    AbortCommand,
+    AddCommand,
+    EngineCommand,
+    FinishCommand,
+    SnapshotCommand,
+)
 from llmd.daemon.engine_state import collect_engine_state
 from llmd.daemon.engine_thread import EngineThread
 from llmd.engine.ended_request import EndedRequest
 from llmd.engine.engine_snapshot import EngineSnapshot, SnapshotScope
 from llmd.engine.request import Request
+from llmd.engine.step_result import StepResult
+from llmd.engine.step_stats import StepStats
 from llmd.errors import LLMDError
+from llmd.metrics import ServingMetrics
 from llmd.warmup import WarmupReport, warm_up
+
+if TYPE_CHECKING:
+    from llmd.llm_engine import LLMEngine
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +61,8 @@ class EngineLoop:
 
     def __init__(
         self,
-        engine: Any,
-        metrics: Any,
+        engine: LLMEngine,
+        metrics: ServingMetrics,
         on_batch: Callable[[EngineBatch], None],
         on_death: Callable[[str], None],
         admission: Admission | None = None,
@@ -65,7 +77,7 @@ class EngineLoop:
         """Given: the thread first runs the warm-up (`llmd.warmup`), then reports it here."""
         self._on_batch = on_batch
         self._on_death = on_death
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[EngineCommand | None] = queue.SimpleQueue()
         self._is_stopping = False
         self._recent: deque[Request] = deque(maxlen=NUM_RECENT_REQUESTS)
         self.dead_error: str | None = None
@@ -81,7 +93,7 @@ class EngineLoop:
         self._is_started = True
         self._thread.start(self._run)
 
-    def submit(self, command: Any) -> None:
+    def submit(self, command: EngineCommand) -> None:
         """Queue a command; it runs before the next step."""
         self._commands.put(command)
 
@@ -107,7 +119,7 @@ class EngineLoop:
             self.dead_error = f"{type(error).__name__}: {error}"
             self._on_death(self.dead_error)
 
-    def _on_warmup_step(self, stats: Any) -> None:
+    def _on_warmup_step(self, stats: StepStats) -> None:
         if self.admission is not None:  # admission starts with a measured prefill rate
             self.admission.observe_step(stats.num_prefill_tokens, stats.total_s)
 
@@ -153,7 +165,7 @@ class EngineLoop:
             except queue.Empty:
                 return
 
-    def _apply(self, command: Any, batch: EngineBatch) -> None:
+    def _apply(self, command: EngineCommand, batch: EngineBatch) -> None:
         engine = self.engine
         if isinstance(command, AddCommand):
             refusal = self._refusal(command)
@@ -181,12 +193,12 @@ class EngineLoop:
         elif isinstance(command, AbortCommand):
             self._ended(engine.abort_request(command.request_id), batch)
         elif isinstance(command, FinishCommand):
-            request = engine.finish_request(
+            finished = engine.finish_request(
                 command.request_id, command.reason, command.stop_reason, command.num_output_tokens
             )
-            if request is None and command.num_output_tokens is not None:
+            if finished is None and command.num_output_tokens is not None:
                 self._keep_delivered_tokens(command.request_id, command.num_output_tokens)
-            self._ended(request, batch)
+            self._ended(finished, batch)
         elif isinstance(command, SnapshotCommand):
             try:
                 state = collect_engine_state(
@@ -243,7 +255,7 @@ class EngineLoop:
         the step (abort, stop string) gets a last update when its in-flight step is applied."""
         return any(recent is request for recent in self._recent)
 
-    def _collect(self, result: Any, batch: EngineBatch, idle_gap: float) -> None:
+    def _collect(self, result: StepResult, batch: EngineBatch, idle_gap: float) -> None:
         num_generated = 0
         for update in result.updates:
             request = update.request

@@ -9,22 +9,41 @@ nothing however large the KV pool. The daemon reads no scheduler or block-manage
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from llmd.engine.engine_snapshot import BlockMapCopy, SnapshotScope
 from llmd.engine.request import Request
 from llmd.engine.request_view import RequestRow, RequestTimeline
 from llmd.metrics.block_map import CACHED, FREE, SHARED, encode_block_map
 
+if TYPE_CHECKING:
+    from llmd.llm_engine import LLMEngine
+
+
+class EngineState(TypedDict, total=False):
+    """The engine thread's part of a stats snapshot; empty when it could not be read.
+
+    A TypedDict, not a dataclass, because its plain sections ("queue", "kv") are spread
+    into the snapshot as they are; the rest are frozen rows the I/O thread turns into maps.
+    """
+
+    queue: dict[str, object]
+    kv: dict[str, object]
+    requests: tuple[RequestRow, ...] | None
+    num_requests: int
+    recent: tuple[RequestRow, ...] | None
+    timelines: dict[str, RequestTimeline | None]
+    block_map_copy: BlockMapCopy
+
 
 def collect_engine_state(
-    engine: Any,
+    engine: LLMEngine,
     recent: Iterable[Request],
     include_requests: bool,
     include_block_map: bool,
     timeline_request_ids: Sequence[str],
     max_requests: int,
-) -> dict[str, Any]:
+) -> EngineState:
     """State of `engine` now, by snapshot section; `recent` are finished requests, newest last.
 
     "queue" and "kv" are plain data; "requests" and "recent" are RequestRow tuples and
@@ -35,7 +54,7 @@ def collect_engine_state(
         include_requests, max_requests, tuple(timeline_request_ids), include_block_map
     )
     snapshot = engine.snapshot(scope, recent)
-    state: dict[str, Any] = {"queue": snapshot.queue.to_dict(), "kv": snapshot.kv.to_dict()}
+    state: EngineState = {"queue": snapshot.queue.to_dict(), "kv": snapshot.kv.to_dict()}
     if include_requests:
         state["requests"] = snapshot.requests
         state["num_requests"] = snapshot.num_requests
@@ -47,17 +66,17 @@ def collect_engine_state(
     return state
 
 
-def row_dicts(rows: Sequence[RequestRow] | None) -> list[dict[str, Any]] | None:
+def row_dicts(rows: Sequence[RequestRow] | None) -> list[dict[str, object]] | None:
     """The request table's wire rows (None stays None)."""
     return None if rows is None else [row.to_dict() for row in rows]
 
 
-def timeline_dict(timeline: RequestTimeline | None) -> dict[str, Any] | None:
+def timeline_dict(timeline: RequestTimeline | None) -> dict[str, object] | None:
     """A timeline's wire form (None: the request is unknown)."""
     return None if timeline is None else timeline.to_dict()
 
 
-def block_map(copy: BlockMapCopy) -> dict[str, Any]:
+def block_map(copy: BlockMapCopy) -> dict[str, object]:
     """Each block's owner (an index into `owners`), or FREE, CACHED or SHARED; encoded.
 
     Runs on the I/O thread. A block's ref count is the number of live block tables that

@@ -15,11 +15,12 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 from llmd.daemon.thread_names import name_os_thread
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class EngineThread:
@@ -27,12 +28,14 @@ class EngineThread:
 
     def __init__(self, name: str = "llmd-engine") -> None:
         self.name = name
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Future[object] | None]] = (
+            queue.SimpleQueue()
+        )
         self._is_started = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()  # the OS thread inherits the creating thread's cores now
 
-    def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def call(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `function(*args, **kwargs)` on the thread; return its result or raise its error.
 
         The wait can be interrupted by a signal handler that raises (`llmd serve` exits
@@ -40,8 +43,10 @@ class EngineThread:
         """
         if self._is_started or not self._thread.is_alive():
             raise RuntimeError(f"{self.name} no longer takes jobs")
-        future: Future = Future()
-        self._jobs.put((functools.partial(function, *args, **kwargs), future))
+        future: Future[T] = Future()
+        # Future is invariant: the queue holds Future[object], and _serve sets only this
+        # job's own result on it.
+        self._jobs.put((functools.partial(function, *args, **kwargs), future))  # type: ignore[arg-type]
         return future.result()
 
     def start(self, target: Callable[[], object]) -> None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from llmd.daemon.peer_transport import PeerTransport
 from llmd.daemon.routes import RouteKey, RouteTable
-from llmd.daemon.text_worker import AbortJob, NewRequest
+from llmd.daemon.text_worker import AbortJob, NewRequest, TextJob
 from llmd.errors import LLMDError
 from llmd.protocol import GenerateRequest
 
@@ -25,7 +24,7 @@ class InFlightRequests:
     """Starts, aborts, fails and releases the routed requests."""
 
     def __init__(
-        self, routes: RouteTable, transport: PeerTransport, submit: Callable[[Any], None]
+        self, routes: RouteTable, transport: PeerTransport, submit: Callable[[TextJob], None]
     ) -> None:
         self.routes = routes
         self._transport = transport

@@ -6,9 +6,8 @@ thread and the text thread never write the same object.
 
 from __future__ import annotations
 
-from typing import Any
-
 from llmd.engine.detokenizer import IncrementalDetokenizer
+from llmd.protocol import LogprobEntry
 from llmd.sampling_params import SamplingParams
 
 
@@ -36,7 +35,7 @@ class LiveRequest:
         self.num_prompt_tokens = 0
         self.output_token_ids: list[int] = []
         """Tokens the client has been told about (the engine may be a step ahead)."""
-        self.logprobs: list[dict[str, Any]] | None = [] if params.logprobs is not None else None
+        self.logprobs: list[LogprobEntry] | None = [] if params.logprobs is not None else None
         self.stop_string: str | None = None
         """The stop string that ended the text, once one matched."""
         self.is_ending = False

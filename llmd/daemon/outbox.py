@@ -11,7 +11,10 @@ import contextlib
 import os
 import queue
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llmd.daemon.engine_state import EngineState
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class SnapshotReady:
 
     peer: bytes
     client_id: str
-    engine_state: dict[str, Any]
+    engine_state: EngineState
     is_subscription: bool
 
 
@@ -62,11 +65,15 @@ class Drain:
     """Peer and message id of a shutdown request, to acknowledge when stopped."""
 
 
+OutboxItem = Send | SnapshotReady | EngineDied | EngineWarm | ConnectionClosed | Drain
+"""Everything another thread may hand the I/O thread; `Daemon` dispatches on the class."""
+
+
 class Outbox:
     """A thread-safe queue whose arrivals wake a zmq.Poller through a pipe."""
 
     def __init__(self) -> None:
-        self._items: queue.SimpleQueue = queue.SimpleQueue()
+        self._items: queue.SimpleQueue[OutboxItem] = queue.SimpleQueue()
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)
@@ -76,7 +83,7 @@ class Outbox:
         """The descriptor to poll for readability."""
         return self._read_fd
 
-    def post(self, item: Any) -> None:
+    def post(self, item: OutboxItem) -> None:
         """Queue `item` and wake the I/O thread (never blocks)."""
         self._items.put(item)
         if self._is_closed:
@@ -85,14 +92,14 @@ class Outbox:
         with contextlib.suppress(OSError):
             os.write(self._write_fd, b"\0")
 
-    def drain(self) -> list[Any]:
+    def drain(self) -> list[OutboxItem]:
         """Everything posted so far, in order."""
         try:
             while os.read(self._read_fd, 4096):
                 pass
         except BlockingIOError:
             pass
-        items = []
+        items: list[OutboxItem] = []
         while True:
             try:
                 items.append(self._items.get_nowait())

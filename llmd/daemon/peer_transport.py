@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import zmq
 
@@ -35,7 +34,7 @@ class FrameRefused(Exception):
         self.client_id = client_id
 
 
-def unpack_frames(body: list[bytes], max_message_bytes: int) -> dict[str, Any]:
+def unpack_frames(body: list[bytes], max_message_bytes: int) -> dict[str, object]:
     """The message map in a peer's frames (after the identity frame), or FrameRefused."""
     if len(body) == 2 and body[0] == b"":
         body = body[1:]  # a REQ-style empty delimiter
@@ -59,7 +58,7 @@ class PeerTransport:
         self, instance_id: str, max_message_bytes: int, on_peer_gone: Callable[[bytes], None]
     ) -> None:
         self.max_message_bytes = max_message_bytes
-        self.socket: zmq.Socket | None = None
+        self.socket: zmq.Socket[bytes] | None = None
         """Set once the daemon is bound; sends before that are dropped."""
         self.gone_peers: set[bytes] = set()
         """Peers found unreachable that still have requests to end; nothing is sent to them."""
@@ -67,7 +66,7 @@ class PeerTransport:
         self._keepalives = KeepaliveSchedule()
         self._on_peer_gone = on_peer_gone
 
-    def receive(self) -> Iterator[tuple[bytes, dict[str, Any]]]:
+    def receive(self) -> Iterator[tuple[bytes, dict[str, object]]]:
         """(peer, message map) of each message waiting now, at most MAX_MESSAGES_PER_WAKE;
         badly framed or oversized ones are answered with a protocol error and skipped."""
         assert self.socket is not None  # only called while serving

@@ -7,8 +7,6 @@ both cost nothing to check and would otherwise cost an `internal` error or secon
 
 from __future__ import annotations
 
-from typing import Any
-
 from llmd.errors import InvalidParameterError, RequestRejectedError
 
 MAX_CHARS_PER_TOKEN = 64
@@ -34,7 +32,7 @@ class PromptLimits:
                     "prompt_token_ids",
                 )
 
-    def check_text(self, prompt: str | None, messages: list[dict[str, Any]] | None) -> None:
+    def check_text(self, prompt: str | None, messages: list[dict[str, str]] | None) -> None:
         """Raise request_too_large when the text could never fit max_model_len tokens."""
         if prompt is not None:
             num_chars, parameter = len(prompt), "prompt"

@@ -40,13 +40,13 @@ LINGER_MS = 2_000
 class BoundRouter:
     """A bound ROUTER with the listening socket it accepts on and the gate watching it."""
 
-    socket: zmq.Socket
+    socket: zmq.Socket[bytes]
     listener: Listener
     gate: ConnectionGate
 
 
 def bind_router(
-    context: zmq.Context,
+    context: zmq.Context[zmq.Socket[bytes]],
     options: ServeOptions,
     address: Address,
     on_connection_closed: Callable[[], None],
@@ -86,7 +86,9 @@ def bind_router(
     return BoundRouter(socket, listener, gate)
 
 
-def close_router(router: BoundRouter | None, context: zmq.Context, address: Address) -> None:
+def close_router(
+    router: BoundRouter | None, context: zmq.Context[zmq.Socket[bytes]], address: Address
+) -> None:
     """Close what `bind_router` made (if it ran) and the context, in the order libzmq needs;
     an ipc socket file is removed, so clients fail fast instead of timing out."""
     if router is not None:

@@ -12,7 +12,9 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from llmd.config import EngineConfig
 from llmd.daemon.cpu_placement import (
@@ -28,6 +30,13 @@ from llmd.daemon.serve_options import ServeOptions
 from llmd.daemon.thread_names import MAIN_THREAD_NAME, name_os_thread
 from llmd.errors import InvalidParameterError
 from llmd.protocol.address import Address, default_address, parse_address
+
+if TYPE_CHECKING:
+    from llmd.daemon.server import Daemon
+    from llmd.http.server import HttpServer
+
+SignalHandler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
+"""What `signal.signal` returns and takes back: a function, SIG_DFL or SIG_IGN, or None."""
 
 logger = logging.getLogger("llmd.daemon")
 
@@ -128,7 +137,7 @@ def cpu_placement(options: ServeOptions, engine_config: EngineConfig) -> CpuPlac
     return placement
 
 
-def make_http_server(options: ServeOptions, address: Address) -> Any:
+def make_http_server(options: ServeOptions, address: Address) -> HttpServer | None:
     """The bound (not yet serving) HTTP front end, or None with --no-http."""
     if not options.is_http_enabled:
         return None
@@ -146,23 +155,23 @@ def make_http_server(options: ServeOptions, address: Address) -> Any:
     )
 
 
-def _exit_on_signals() -> dict[int, Any]:
+def _exit_on_signals() -> dict[int, SignalHandler]:
     if threading.current_thread() is not threading.main_thread():
         return {}
 
-    def exit_now(signum: int, frame: Any) -> None:
+    def exit_now(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)
 
     return {sig: signal.signal(sig, exit_now) for sig in (signal.SIGTERM, signal.SIGINT)}
 
 
-def _drain_on_signals(daemon: Any) -> None:
+def _drain_on_signals(daemon: Daemon) -> None:
     """First SIGTERM/SIGINT drains gracefully; a second one aborts what is left."""
     if threading.current_thread() is not threading.main_thread():
         return
     num_signals = 0
 
-    def drain(signum: int, frame: Any) -> None:
+    def drain(signum: int, frame: FrameType | None) -> None:
         nonlocal num_signals
         num_signals += 1
         if num_signals == 1:
@@ -174,6 +183,6 @@ def _drain_on_signals(daemon: Any) -> None:
         signal.signal(sig, drain)
 
 
-def _restore(handlers: dict[int, Any]) -> None:
+def _restore(handlers: dict[int, SignalHandler]) -> None:
     for sig, handler in handlers.items():
         signal.signal(sig, handler)

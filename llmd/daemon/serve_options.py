@@ -120,10 +120,11 @@ class ServeOptions:
         return cls(**data)
 
 
-def _positive(name: str, value: Any, integer: bool = False, allow_zero: bool = False) -> None:
+def _positive(name: str, value: object, integer: bool = False, allow_zero: bool = False) -> None:
     kinds = int if integer else (int, float)
-    ok = isinstance(value, kinds) and not isinstance(value, bool)
-    ok = ok and (value >= 0 if allow_zero else value > 0)
+    ok = False
+    if isinstance(value, kinds) and not isinstance(value, bool):
+        ok = value >= 0 if allow_zero else value > 0
     require(
         ok, name, f"must be a {'non-negative' if allow_zero else 'positive'} number, got {value!r}"
     )

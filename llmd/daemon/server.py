@@ -14,7 +14,7 @@ import logging
 import os
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -34,6 +34,7 @@ from llmd.daemon.outbox import (
     EngineDied,
     EngineWarm,
     Outbox,
+    OutboxItem,
     Send,
     SnapshotReady,
 )
@@ -45,7 +46,7 @@ from llmd.daemon.serve_options import ServeOptions
 from llmd.daemon.serving_state import ServingState
 from llmd.daemon.stats_publisher import StatsPublisher
 from llmd.daemon.text_worker import TextWorker
-from llmd.errors import EngineDeadError, LLMDError, ShuttingDownError
+from llmd.errors import EngineDeadError, InvalidParameterError, LLMDError, ShuttingDownError
 from llmd.protocol import (
     CLIENT_MESSAGE_TYPES,
     AbortRequest,
@@ -62,6 +63,9 @@ from llmd.protocol import (
     parse_message,
 )
 
+if TYPE_CHECKING:
+    from llmd.llm_engine import LLMEngine
+
 logger = logging.getLogger(__name__)
 
 POLL_INTERVAL_MS = 100
@@ -73,7 +77,7 @@ class Daemon:
 
     def __init__(
         self,
-        engine: Any,
+        engine: LLMEngine,
         options: ServeOptions,
         address: Address,
         placement: CpuPlacement | None = None,
@@ -96,6 +100,11 @@ class Daemon:
         else:
             self.facts = engine_thread.call(engine.facts)
             self.metrics = engine_thread.call(serving_metrics, self.facts, options)
+        if engine.tokenizer is None:  # every request would fail: refuse to start instead
+            raise InvalidParameterError(
+                "the daemon needs the engine's tokenizer (leave skip_tokenizer_init off)",
+                "skip_tokenizer_init",
+            )
         self.outbox = Outbox()
         self.engine_loop = EngineLoop(
             engine,
@@ -199,7 +208,7 @@ class Daemon:
 
     # ---------------------------------------------------------------- incoming
 
-    def _on_message(self, peer: bytes, data: dict[str, Any]) -> None:
+    def _on_message(self, peer: bytes, data: dict[str, object]) -> None:
         client_id = message_id(data)
         try:
             message = parse_message(data, CLIENT_MESSAGE_TYPES)
@@ -234,7 +243,7 @@ class Daemon:
 
     # ---------------------------------------------------------------- outgoing
 
-    def _on_outbox_item(self, item: Any) -> None:
+    def _on_outbox_item(self, item: OutboxItem) -> None:
         if isinstance(item, Send):
             self.transport.send(item.peer, item.payload)
             if item.release_key is not None:

@@ -15,14 +15,15 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from llmd.daemon.engine_commands import SnapshotCommand
 from llmd.daemon.engine_loop import EngineLoop
-from llmd.daemon.engine_state import block_map, row_dicts, timeline_dict
+from llmd.daemon.engine_state import EngineState, block_map, row_dicts, timeline_dict
 from llmd.daemon.outbox import Outbox, SnapshotReady
 from llmd.daemon.routes import RouteTable
 from llmd.errors import OverloadedError
+from llmd.metrics import ServingMetrics
 from llmd.protocol import StatsRequest, SubscribeRequest, pack_stats_reply, pack_value
 
 MAX_SUBSCRIPTIONS_PER_PEER = 64
@@ -67,6 +68,16 @@ def next_tick(now: float, interval_s: float) -> float:
     return (math.floor(now / interval_s) + 1) * interval_s
 
 
+class SnapshotParts(TypedDict):
+    """The optional sections of one collection, as wire maps, built once for every view."""
+
+    timelines: dict[str, dict[str, object] | None]
+    requests: list[dict[str, object]] | None
+    recent: list[dict[str, object]] | None
+    num_requests: int | None
+    block_map: dict[str, object] | None
+
+
 class StatsPublisher:
     """Answers stats requests and runs subscriptions; used by the I/O thread only."""
 
@@ -75,8 +86,8 @@ class StatsPublisher:
         engine_loop: EngineLoop,
         outbox: Outbox,
         routes: RouteTable,
-        metrics: Any,
-        daemon_facts: Callable[[], dict[str, Any]],
+        metrics: ServingMetrics,
+        daemon_facts: Callable[[], dict[str, object]],
         send: Callable[[bytes, bytes], None],
     ) -> None:
         self._engine_loop = engine_loop
@@ -145,10 +156,12 @@ class StatsPublisher:
             self.on_ready(SnapshotReady(b"", "", {}, False))
             return
         requests = [w.request for w in waiters]
-        timeline_ids = {r.timeline_request_id for r in requests} - {None}
+        timeline_ids = sorted(
+            {r.timeline_request_id for r in requests if r.timeline_request_id is not None}
+        )
         outbox = self._outbox
 
-        def on_ready(engine_state: dict[str, Any]) -> None:  # runs in the engine thread
+        def on_ready(engine_state: EngineState) -> None:  # runs in the engine thread
             outbox.post(SnapshotReady(b"", "", engine_state, False))
 
         self.num_collections += 1
@@ -157,7 +170,7 @@ class StatsPublisher:
                 on_ready,
                 any(r.include_requests for r in requests),
                 any(r.include_block_map for r in requests),
-                tuple(sorted(timeline_ids)),  # type: ignore[arg-type]
+                tuple(timeline_ids),
                 max(r.max_requests for r in requests),
             )
         )
@@ -184,24 +197,25 @@ class StatsPublisher:
         if self._collecting is not None:
             self.on_ready(SnapshotReady(b"", "", {}, False))
 
-    def _split(self, engine_state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _split(self, engine_state: EngineState) -> tuple[dict[str, object], SnapshotParts]:
         """The part every snapshot shares, and the optional parts, built once."""
-        engine_state = dict(engine_state)
+        engine_state = engine_state.copy()
         timelines = engine_state.pop("timelines", {})
-        parts: dict[str, Any] = {
+        requests = engine_state.pop("requests", None)
+        copy = engine_state.pop("block_map_copy", None)
+        parts: SnapshotParts = {
             "timelines": {key: timeline_dict(value) for key, value in timelines.items()},
-            "requests": row_dicts(engine_state.pop("requests", None)),
+            "requests": row_dicts(requests),
             "recent": row_dicts(engine_state.pop("recent", None)),
             "num_requests": engine_state.pop("num_requests", None),
+            "block_map": None if copy is None else block_map(copy),
         }
-        copy = engine_state.pop("block_map_copy", None)
-        parts["block_map"] = None if copy is None else block_map(copy)
-        for row in parts["requests"] or ():
-            key = self._routes.key_of(row["request_id"])
+        for row, request in zip(parts["requests"] or (), requests or ()):
+            key = self._routes.key_of(request.request_id)
             row["client_id"] = None if key is None else key[1]
         for row in parts["recent"] or ():
             row["client_id"] = None
-        base = {
+        base: dict[str, object] = {
             "time": time.time(),
             "daemon": self._daemon_facts(),
             **self._metrics.snapshot(),
@@ -211,14 +225,14 @@ class StatsPublisher:
 
     @staticmethod
     def _view(
-        base: dict[str, Any], parts: dict[str, Any], key: tuple[bool, bool, str | None, int]
-    ) -> dict[str, Any]:
+        base: dict[str, object], parts: SnapshotParts, key: tuple[bool, bool, str | None, int]
+    ) -> dict[str, object]:
         include_requests, include_block_map, timeline_request_id, max_requests = key
         snapshot = dict(base)
         if include_requests and parts["requests"] is not None:
             snapshot["requests"] = parts["requests"][:max_requests]
             snapshot["num_requests"] = parts["num_requests"]
-            snapshot["recent"] = parts["recent"][:max_requests]
+            snapshot["recent"] = (parts["recent"] or [])[:max_requests]  # set with "requests"
         if timeline_request_id is not None and "queue" in base:
             snapshot["timeline"] = parts["timelines"].get(timeline_request_id)
         if include_block_map and parts["block_map"] is not None:

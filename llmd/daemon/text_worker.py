@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from llmd.daemon.engine_batch import EngineBatch, UpdateRecord
 from llmd.daemon.engine_commands import AbortCommand, AddCommand, FinishCommand
@@ -29,12 +30,15 @@ from llmd.daemon.thread_names import name_os_thread
 from llmd.engine.detokenizer import IncrementalDetokenizer
 from llmd.engine.ended_request import EndedRequest
 from llmd.engine.request import FinishReason
-from llmd.errors import EngineDeadError, LLMDError
-from llmd.outputs import RequestMetrics
+from llmd.engine.tokenizer import Tokenizer
+from llmd.errors import EngineDeadError, InvalidParameterError, LLMDError
+from llmd.metrics import ServingMetrics
+from llmd.outputs import RequestMetrics, TokenLogprob
 from llmd.protocol import (
     Accepted,
     ErrorReply,
     GenerateRequest,
+    LogprobEntry,
     PrefillProgress,
     RequestFailedError,
     TokenDelta,
@@ -44,6 +48,8 @@ from llmd.protocol import (
 from llmd.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 NUM_PROGRESS_STEPS = 4
 """Prefill progress is reported at most at each quarter of a long prompt."""
@@ -67,7 +73,7 @@ class Tokenized:
 
     job: NewRequest
     params: SamplingParams
-    future: Future
+    future: Future[list[int]]
 
 
 @dataclass(frozen=True)
@@ -77,16 +83,20 @@ class AbortJob:
     engine_id: str
 
 
+TextJob = EngineBatch | NewRequest | Tokenized | AbortJob
+"""Everything `TextWorker.submit` takes; the text thread dispatches on the class."""
+
+
 class TextWorker:
     """Owns the text side of every live request, in one thread."""
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         limits: PromptLimits,
         engine_loop: EngineLoop,
         outbox: Outbox,
-        metrics: Any,
+        metrics: ServingMetrics,
         instance_id: str | None = None,
     ):
         self.tokenizer = tokenizer
@@ -94,7 +104,7 @@ class TextWorker:
         self.engine_loop = engine_loop
         self.outbox = outbox
         self.metrics = metrics
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[TextJob | None] = queue.SimpleQueue()
         self._live: dict[str, LiveRequest] = {}
         self._tokenizing: dict[str, NewRequest] = {}
         """Requests whose prompt is in the tokenizer pool, by engine id."""
@@ -111,7 +121,7 @@ class TextWorker:
         """Start the thread."""
         self._thread.start()
 
-    def submit(self, job: Any) -> None:
+    def submit(self, job: TextJob) -> None:
         """Queue a NewRequest, AbortJob or EngineBatch (thread-safe)."""
         self._jobs.put(job)
 
@@ -171,6 +181,10 @@ class TextWorker:
         """Runs in a tokenizer thread (the HF tokenizer releases the GIL while it encodes)."""
         if message.prompt is not None:
             return self.tokenizer.encode(message.prompt)
+        if message.messages is None:  # GenerateRequest.validate lets no such request through
+            raise InvalidParameterError(
+                "give exactly one of prompt, prompt_token_ids or messages", "prompt"
+            )
         return self.tokenizer.apply_chat_template(message.messages)
 
     def _on_tokenized(self, done: Tokenized) -> None:
@@ -234,7 +248,7 @@ class TextWorker:
         for request in batch.ended:
             self._guarded(request.request_id, self._on_ended, request)
 
-    def _guarded(self, engine_id: str, handler: Any, argument: Any) -> None:
+    def _guarded(self, engine_id: str, handler: Callable[[T], None], argument: T) -> None:
         """Run a per-request handler; a failure ends that request only."""
         try:
             handler(argument)
@@ -333,7 +347,7 @@ class TextWorker:
         self.outbox.post(Send(peer, encode(reply), (peer, client_id)))
 
 
-def _logprob_dict(logprob: Any, tokenizer: Any) -> dict[str, Any]:
+def _logprob_dict(logprob: TokenLogprob, tokenizer: Tokenizer) -> LogprobEntry:
     def text_of(token_id: int) -> str:  # a token's own text, as OpenAI's logprobs show it
         return tokenizer.decode([token_id], skip_special_tokens=False)
 

@@ -23,7 +23,7 @@ from llmd.http import metrics_exporter
 from llmd.http.auth import BearerAuth
 from llmd.http.chat import create_chat_completion
 from llmd.http.completions import create_completion
-from llmd.http.context import HttpContext
+from llmd.http.context import HttpContext, ServedModel
 from llmd.http.errors import HttpError, from_llmd_error, not_found
 from llmd.http.request_id import RequestIdMiddleware
 from llmd.protocol import PROTOCOL_VERSION
@@ -90,7 +90,7 @@ async def metrics(request: Request) -> Response:
     return Response(metrics_exporter.render(snapshot), media_type=metrics_exporter.CONTENT_TYPE)
 
 
-def _model_card(model) -> dict:
+def _model_card(model: ServedModel) -> dict[str, object]:
     return {"id": model.id, "object": "model", "created": model.created, "owned_by": "llmd",
             "max_model_len": model.max_model_len}  # fmt: skip
 

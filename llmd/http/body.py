@@ -7,7 +7,6 @@ client sees the 413 instead of a connection reset while it is still sending.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from starlette.requests import Request
 
@@ -17,7 +16,7 @@ MAX_DISCARDED_BYTES = 256 * 1024 * 1024
 """Beyond this much of an oversized body the connection is simply dropped."""
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
+async def read_json(request: Request, max_bytes: int) -> object:
     """The decoded JSON body, or an HttpError: 415 wrong type, 413 too large, 400 malformed."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":

@@ -8,7 +8,6 @@ the `n` choices is one daemon request; streamed chunks of different choices inte
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -75,7 +74,7 @@ async def create_chat_completion(request: Request) -> Response:
 
 async def _chunks(
     group: GenerationGroup,
-    head: dict[str, Any],
+    head: dict[str, object],
     wants_logprobs: bool,
     include_usage: bool,
     num_choices: int,
@@ -85,10 +84,10 @@ async def _chunks(
 
     def chunk(
         index: int,
-        delta: dict[str, Any],
-        logprobs: Any = None,
+        delta: dict[str, object],
+        logprobs: dict[str, object] | None = None,
         reason: str | None = None,
-        timings: dict[str, Any] | None = None,
+        timings: dict[str, object] | None = None,
     ) -> bytes:
         choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
         if timings is not None:

@@ -7,7 +7,6 @@ choice; streamed chunks of different choices interleave as the daemon produces t
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -16,7 +15,7 @@ from llmd.client import Accepted, Finished, TokenDelta
 from llmd.http import sse
 from llmd.http.body import read_json
 from llmd.http.context import HttpContext
-from llmd.http.generation_group import GenerationGroup
+from llmd.http.generation_group import GenerationGroup, PromptInput
 from llmd.http.logprobs import completion_logprobs
 from llmd.http.request_id import STATE_KEY
 from llmd.http.request_models import CompletionRequest, parse_body
@@ -39,7 +38,7 @@ async def create_completion(request: Request) -> Response:
     body = parse_body(CompletionRequest, await read_json(request, context.max_body_bytes))
     model = await context.check_model(body.model)
     params = completion_params(body)
-    prompts = [
+    prompts: list[PromptInput] = [
         {"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in body.prompts()
     ]
     inputs = fan_out(prompts, params, body.n)
@@ -81,7 +80,7 @@ async def create_completion(request: Request) -> Response:
 
 async def _chunks(
     group: GenerationGroup,
-    head: dict[str, Any],
+    head: dict[str, object],
     wants_logprobs: bool,
     include_usage: bool,
     num_choices: int,

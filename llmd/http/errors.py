@@ -6,8 +6,6 @@ so every failure, ours or the daemon's, leaves as the same body with the right s
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.responses import JSONResponse
 
 from llmd.errors import LLMDError
@@ -46,7 +44,7 @@ class HttpError(Exception):
         self.code = code
         self.headers = headers or {}
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         """OpenAI's error object: {"error": {message, type, param, code}}."""
         return {
             "error": {

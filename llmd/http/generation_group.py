@@ -10,13 +10,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import Any
+from typing import TypedDict
 
-from llmd.client import AsyncClient, Completion
+from llmd.client import AsyncClient, Completion, StreamEvent
 from llmd.protocol import Accepted
 
-_DONE = object()
+
+class PromptInput(TypedDict, total=False):
+    """One daemon request of a group: its prompt in one of three forms, and its own params."""
+
+    prompt: str
+    messages: list[dict[str, str]]
+    prompt_token_ids: list[int]
+    params: dict[str, object]
+    """Replaces the group's params (the n choices of one prompt differ by seed)."""
+
+
+class _Done:
+    """The class of `_DONE`, so that the queue's item type names it."""
+
+
+_DONE = _Done()
 """Marks the end of one prompt's stream in the queue."""
+
+GroupItem = StreamEvent | Completion
+"""What `next` returns for one prompt: a stream's event, or a whole completion."""
 
 
 class GenerationGroup:
@@ -28,8 +46,8 @@ class GenerationGroup:
     def __init__(
         self,
         client: AsyncClient,
-        inputs: list[dict[str, Any]],
-        params: dict[str, Any],
+        inputs: list[PromptInput],
+        params: dict[str, object],
         stream: bool,
         label: str | None = None,
     ) -> None:
@@ -39,9 +57,9 @@ class GenerationGroup:
         self._inputs = inputs
         self._params = params
         self._stream = stream
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._buffer: deque[tuple[int, Any]] = deque()
-        self._tasks: list[asyncio.Task] = []
+        self._queue: asyncio.Queue[tuple[int, GroupItem | Exception | _Done]] = asyncio.Queue()
+        self._buffer: deque[tuple[int, GroupItem | Exception | _Done]] = deque()
+        self._tasks: list[asyncio.Task[None]] = []
         self._is_cancelled = False
         self.num_open = len(inputs)
         """Prompts whose stream has not ended yet."""
@@ -61,14 +79,14 @@ class GenerationGroup:
         for task in self._tasks:
             task.cancel()
 
-    async def next(self) -> tuple[int, Any] | None:
+    async def next(self) -> tuple[int, GroupItem] | None:
         """The next (prompt index, event or Completion); None once every stream ended.
 
         An error reply is raised here as the typed exception the daemon reported.
         """
         while self.num_open:
             index, item = self._buffer.popleft() if self._buffer else await self._queue.get()
-            if item is _DONE:
+            if isinstance(item, _Done):
                 self.num_open -= 1
                 continue
             if isinstance(item, BaseException):
@@ -83,13 +101,13 @@ class GenerationGroup:
         refusal (too long, overloaded) is still answered with an HTTP status, not a stream.
         """
         pending = set(range(len(self._inputs)))
-        held: list[tuple[int, Any]] = []
+        held: list[tuple[int, GroupItem | _Done]] = []
         while pending:
             index, item = await self._queue.get()
             if isinstance(item, BaseException):
                 raise item
             held.append((index, item))
-            if isinstance(item, Accepted) or item is _DONE:
+            if isinstance(item, (Accepted, _Done)):
                 pending.discard(index)
         self._buffer.extend(held)
 
@@ -97,14 +115,20 @@ class GenerationGroup:
         """Non-streaming: every prompt's Completion, in prompt order."""
         results: list[Completion | None] = [None] * len(self._inputs)
         while (item := await self.next()) is not None:
-            results[item[0]] = item[1]
+            index, result = item
+            if isinstance(result, Completion):  # without streaming, nothing else is queued
+                results[index] = result
         return [result for result in results if result is not None]
 
-    async def _pump(self, index: int, kwargs: dict[str, Any]) -> None:
+    async def _pump(self, index: int, prompt: PromptInput) -> None:
         try:
             if self._stream:
                 stream = self._client.stream(
-                    **{"params": self._params, "label": self._label, **kwargs}
+                    prompt.get("prompt"),
+                    messages=prompt.get("messages"),
+                    prompt_token_ids=prompt.get("prompt_token_ids"),
+                    params=prompt.get("params", self._params),
+                    label=self._label,
                 )
                 async with contextlib.aclosing(stream) as events:
                     async for event in events:
@@ -113,7 +137,11 @@ class GenerationGroup:
                         self._queue.put_nowait((index, event))
             else:
                 completion = await self._client.generate(
-                    **{"params": self._params, "label": self._label, **kwargs}
+                    prompt.get("prompt"),
+                    messages=prompt.get("messages"),
+                    prompt_token_ids=prompt.get("prompt_token_ids"),
+                    params=prompt.get("params", self._params),
+                    label=self._label,
                 )
                 self._queue.put_nowait((index, completion))
         except asyncio.CancelledError:

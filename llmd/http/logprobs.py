@@ -7,7 +7,8 @@ completions want parallel lists, chat wants one object per token with its UTF-8 
 from __future__ import annotations
 
 import math
-from typing import Any
+
+from llmd.protocol import LogprobEntry
 
 MIN_LOGPROB = -9999.0
 """Stands in for -inf, which JSON cannot carry."""
@@ -18,7 +19,7 @@ def finite(value: float) -> float:
     return value if math.isfinite(value) else MIN_LOGPROB
 
 
-def completion_logprobs(entries: list[dict[str, Any]], text_offset: int) -> dict[str, Any]:
+def completion_logprobs(entries: list[LogprobEntry], text_offset: int) -> dict[str, object]:
     """{tokens, token_logprobs, top_logprobs, text_offset}; offsets start at `text_offset`."""
     offsets = []
     for entry in entries:
@@ -35,7 +36,7 @@ def completion_logprobs(entries: list[dict[str, Any]], text_offset: int) -> dict
     }
 
 
-def chat_logprobs(entries: list[dict[str, Any]]) -> dict[str, Any]:
+def chat_logprobs(entries: list[LogprobEntry]) -> dict[str, object]:
     """{content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}."""
     return {
         "content": [
@@ -50,5 +51,5 @@ def chat_logprobs(entries: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _token(text: str, logprob: float) -> dict[str, Any]:
+def _token(text: str, logprob: float) -> dict[str, object]:
     return {"token": text, "logprob": finite(logprob), "bytes": list(text.encode())}

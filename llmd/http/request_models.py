@@ -6,7 +6,7 @@ llmd does not implement (echo, best_of, tools, ...) are refused by name rather t
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -157,7 +157,11 @@ class ChatCompletionRequest(SamplingFields):
         ]
 
 
-def parse_body(model: type[SamplingFields], body: Any) -> Any:
+RequestT = TypeVar("RequestT", bound=SamplingFields)
+"""The request model `parse_body` validates into (and returns)."""
+
+
+def parse_body(model: type[RequestT], body: object) -> RequestT:
     """Validate a decoded JSON body; the first problem becomes a 400 naming its field."""
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object", None)
@@ -175,6 +179,6 @@ def _first_problem(error: ValidationError) -> HttpError:
     return bad_request(f"{field}: {problem['msg']}", field or None)
 
 
-def _is_union_tag(part: Any) -> bool:
+def _is_union_tag(part: object) -> bool:
     """pydantic names the union member it tried (`str`, `list[int]`); not a field."""
     return isinstance(part, str) and ("[" in part or part in ("str", "int", "float", "bool"))

@@ -11,10 +11,10 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from llmd.client import Completion
 from llmd.errors import LLMDError, ShuttingDownError
@@ -38,7 +38,7 @@ def now_s() -> int:
     return int(time.time())
 
 
-def usage(entries: Iterable[dict[str, int]], num_choices: int = 1) -> dict[str, Any]:
+def usage(entries: Iterable[dict[str, int]], num_choices: int = 1) -> dict[str, object]:
     """OpenAI usage over the requests' daemon usage maps, in choice order.
 
     Completion tokens are summed over every choice; a prompt (and its cached part) is
@@ -134,7 +134,7 @@ class GroupStreamingResponse(StreamingResponse):
         super().__init__(body, media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
         self.group = group
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:

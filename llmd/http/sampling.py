@@ -6,10 +6,9 @@ a 400 naming the field the HTTP client sent (`max_completion_tokens`, `top_logpr
 
 from __future__ import annotations
 
-from typing import Any
-
 from llmd.errors import InvalidParameterError
 from llmd.http.errors import bad_request
+from llmd.http.generation_group import PromptInput
 from llmd.http.request_models import ChatCompletionRequest, CompletionRequest, SamplingFields
 from llmd.sampling_params import SamplingParams
 
@@ -32,7 +31,7 @@ _PASSED_AS_IS = (
 )
 
 
-def completion_params(request: CompletionRequest) -> dict[str, Any]:
+def completion_params(request: CompletionRequest) -> dict[str, object]:
     """sampling_params of a completion request."""
     params = _shared(request)
     params["max_tokens"] = (
@@ -43,7 +42,7 @@ def completion_params(request: CompletionRequest) -> dict[str, Any]:
     return _validated(params, {})
 
 
-def chat_params(request: ChatCompletionRequest, max_model_len: int) -> dict[str, Any]:
+def chat_params(request: ChatCompletionRequest, max_model_len: int) -> dict[str, object]:
     """sampling_params of a chat request; without a limit, generation may fill the context."""
     params = _shared(request)
     renamed: dict[str, str] = {}
@@ -60,15 +59,15 @@ def chat_params(request: ChatCompletionRequest, max_model_len: int) -> dict[str,
     return _validated(params, renamed)
 
 
-def _shared(request: SamplingFields) -> dict[str, Any]:
-    params = {name: getattr(request, name) for name in _PASSED_AS_IS}
+def _shared(request: SamplingFields) -> dict[str, object]:
+    params: dict[str, object] = {name: getattr(request, name) for name in _PASSED_AS_IS}
     params = {name: value for name, value in params.items() if value is not None}
     if request.stop is not None:
         params["stop"] = [request.stop] if isinstance(request.stop, str) else list(request.stop)
     return params
 
 
-def _validated(params: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any]:
+def _validated(params: dict[str, object], renamed: dict[str, str]) -> dict[str, object]:
     try:
         SamplingParams.from_dict(params)
     except InvalidParameterError as error:
@@ -77,15 +76,17 @@ def _validated(params: dict[str, Any], renamed: dict[str, str]) -> dict[str, Any
     return params
 
 
-def fan_out(inputs: list[dict[str, Any]], params: dict[str, Any], n: int) -> list[dict[str, Any]]:
+def fan_out(
+    inputs: list[PromptInput], params: dict[str, object], n: int
+) -> list[PromptInput]:
     """`n` daemon requests per input, prompt-major (choice index = prompt * n + j).
 
     With a `seed`, choice j samples with seed + j: the n choices differ, yet the same
     request gives the same choices again (and choice 0 equals the n=1 answer).
     """
-    seed = params.get("seed")
-    return [
-        {**request, "params": params if seed is None or j == 0 else {**params, "seed": seed + j}}
-        for request in inputs
-        for j in range(n)
-    ]
+    seed = params.get("seed")  # validated: None or an int
+
+    def choice_params(j: int) -> dict[str, object]:
+        return params if not isinstance(seed, int) or j == 0 else {**params, "seed": seed + j}
+
+    return [{**request, "params": choice_params(j)} for request in inputs for j in range(n)]

@@ -78,7 +78,7 @@ class HttpServer:
         self.graceful_shutdown_s = graceful_shutdown_s
         self.log_level = log_level
         self._socket = _bind(host, port)
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._ready_fd: int | None = None
         self._lifeline_fd: int | None = None
         """Write end of a pipe the HTTP process watches: the kernel closes it when this

@@ -7,13 +7,13 @@ as a `data: {"error": ...}` event, which they raise as an APIError.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
 
 DONE = b"data: [DONE]\n\n"
 MEDIA_TYPE = "text/event-stream"
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def event(data: dict[str, Any]) -> bytes:
+def event(data: Mapping[str, object]) -> bytes:
     """One SSE event carrying `data` as compact JSON."""
     return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"

@@ -7,8 +7,6 @@ its wait breakdown (docs/protocol.md), flattened into one object.
 
 from __future__ import annotations
 
-from typing import Any
-
 from llmd.client import Completion, Finished
 from llmd.wait_breakdown import WaitBreakdown
 
@@ -17,7 +15,7 @@ PHASES = ("queue", "prefill", "ttft", "decode", "tpot", "e2e")
 
 def timings_object(
     request_id: str | None, timings: dict[str, float | None], waits: WaitBreakdown | None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """One choice's timings: its daemon request id, phase seconds and wait breakdown."""
     breakdown = (waits or WaitBreakdown()).to_dict()
     return {
@@ -27,11 +25,11 @@ def timings_object(
     }
 
 
-def completion_timings(completion: Completion) -> dict[str, Any]:
+def completion_timings(completion: Completion) -> dict[str, object]:
     """The timings of a blocking request's choice."""
     return timings_object(completion.request_id, completion.timings, completion.waits)
 
 
-def finished_timings(request_id: str | None, finished: Finished) -> dict[str, Any]:
+def finished_timings(request_id: str | None, finished: Finished) -> dict[str, object]:
     """The timings of a streamed choice, from its `finished` message."""
     return timings_object(request_id, finished.timings, WaitBreakdown.from_dict(finished.breakdown))

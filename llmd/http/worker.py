@@ -66,7 +66,8 @@ def main(argv: list[str]) -> int:
     )
     server = uvicorn.Server(config)
     logger.info("HTTP server: uvicorn, %s parser, %s event loop", config.http, loop_name)
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
+    # asyncio.Runner is Python 3.11+, though pyproject allows 3.10 (mypy checks for 3.10).
+    with asyncio.Runner(loop_factory=loop_factory) as runner:  # type: ignore[attr-defined]
         runner.run(_serve(server, listener, args.ready_fd, args.lifeline_fd))
     return 0
 

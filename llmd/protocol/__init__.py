@@ -6,8 +6,6 @@ torch; docs/protocol.md describes every message field by field.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgpack
 
 from llmd.protocol.address import Address, default_address, parse_address, runtime_dir
@@ -43,7 +41,8 @@ from llmd.protocol.errors import (
     RequestFailedError,
     error_from_code,
 )
-from llmd.protocol.schema import PROTOCOL_VERSION, WireMessage, check_envelope
+from llmd.protocol.logprob_entry import LogprobEntry
+from llmd.protocol.schema import PROTOCOL_VERSION, MessageT, WireMessage, check_envelope
 
 __all__ = [
     "CLIENT_MESSAGE_TYPES",
@@ -63,6 +62,7 @@ __all__ = [
     "HealthReply",
     "HealthRequest",
     "Keepalive",
+    "LogprobEntry",
     "PrefillProgress",
     "ProtocolError",
     "RequestExpiredError",
@@ -88,13 +88,12 @@ __all__ = [
     "runtime_dir",
 ]
 
-
 def encode(message: WireMessage) -> bytes:
     """msgpack bytes of a message."""
     return pack(message.to_wire())
 
 
-def pack_value(value: Any) -> bytes:
+def pack_value(value: object) -> bytes:
     """msgpack bytes of any plain value (a part packed once and spliced into many messages)."""
     return msgpack.packb(value, use_bin_type=True)
 
@@ -110,7 +109,7 @@ def pack_stats_reply(client_id: str, packed_snapshot: bytes) -> bytes:
     return header + b"".join(pack_value(value) for value in fields) + packed_snapshot
 
 
-def parse_message(data: dict[str, Any], types: dict[str, type[WireMessage]]) -> Any:
+def parse_message(data: dict[str, object], types: dict[str, type[MessageT]]) -> MessageT:
     """Turn a decoded map into the message class its "type" names (typed errors otherwise)."""
     message_type = check_envelope(data)
     message_class = types.get(message_type)
@@ -133,7 +132,7 @@ def decode_daemon_message(
     return parse_message(unpack(payload, max_bytes), DAEMON_MESSAGE_TYPES)
 
 
-def message_id(data: dict[str, Any]) -> str | None:
+def message_id(data: dict[str, object]) -> str | None:
     """The "id" of a decoded map when it is a usable string (to address an error reply)."""
     value = data.get("id")
     if isinstance(value, str) and 0 < len(value) <= 128:

@@ -7,7 +7,6 @@ and, identically, in the daemon when it arrives from a client that skipped the c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from llmd.errors import InvalidParameterError, require
 from llmd.protocol.request_label import check_label
@@ -39,7 +38,7 @@ class GenerateRequest(WireMessage):
     prompt: str | None = None
     prompt_token_ids: list[int] | None = None
     messages: list[dict[str, str]] | None = None
-    sampling_params: dict[str, Any] = field(default_factory=dict)
+    sampling_params: dict[str, object] = field(default_factory=dict)
     stream: bool = True
     priority: int = 0
     expires_at: float | None = None
@@ -203,7 +202,7 @@ ClientMessage = (
     | ShutdownRequest
 )
 
-CLIENT_MESSAGE_TYPES: dict[str, type[WireMessage]] = {
+CLIENT_MESSAGE_TYPES: dict[str, type[ClientMessage]] = {
     cls.TYPE: cls
     for cls in (
         GenerateRequest,

@@ -8,7 +8,8 @@ each as a ProtocolError instead of raising whatever msgpack raised.
 from __future__ import annotations
 
 import io
-from typing import Any
+from collections.abc import Mapping
+from typing import NoReturn
 
 import msgpack
 
@@ -22,16 +23,16 @@ MAX_NESTING_DEPTH = 16
 _PLAIN_SCALARS = (type(None), bool, int, float, str)
 
 
-def _refuse_extension(code: int, data: bytes) -> Any:
+def _refuse_extension(code: int, data: bytes) -> NoReturn:
     raise ProtocolError(f"msgpack extension type {code} is not allowed")
 
 
-def pack(data: dict[str, Any]) -> bytes:
+def pack(data: Mapping[str, object]) -> bytes:
     """Encode a plain dict (strings, numbers, lists, maps) as msgpack."""
     return msgpack.packb(data, use_bin_type=True)
 
 
-def unpack(payload: bytes, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> dict[str, Any]:
+def unpack(payload: bytes, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> dict[str, object]:
     """Decode one message; raises ProtocolError unless it is a plain map within the limits."""
     if len(payload) > max_bytes:
         raise ProtocolError(f"message of {len(payload)} bytes exceeds the limit of {max_bytes}")
@@ -76,7 +77,7 @@ def peek_id(payload: bytes) -> str | None:
     return None
 
 
-def check_plain(value: Any, depth: int = 0) -> None:
+def check_plain(value: object, depth: int = 0) -> None:
     """Raise ProtocolError unless `value` is built only of plain types with string map keys."""
     if depth > MAX_NESTING_DEPTH:
         raise ProtocolError(f"message is nested deeper than {MAX_NESTING_DEPTH} levels")

@@ -11,6 +11,7 @@ from typing import Any
 
 from llmd.errors import LLMDError, RequestRejectedError
 from llmd.protocol.errors import error_from_code
+from llmd.protocol.logprob_entry import LogprobEntry
 from llmd.protocol.schema import WireMessage
 
 FINISH_REASONS = ("stop", "length", "abort", "error")
@@ -48,7 +49,7 @@ class TokenDelta(WireMessage):
     id: str
     text: str
     token_ids: list[int]
-    logprobs: list[dict[str, Any]] | None = None
+    logprobs: list[LogprobEntry] | None = None
     """Per token: {token_id, logprob, rank, top_token_ids, top_logprobs}."""
 
 
@@ -70,10 +71,10 @@ class Finished(WireMessage):
     """Seconds: queue, prefill, ttft, decode, tpot, e2e (null when a phase never happened)."""
     text: str | None = None
     """The full text when the request did not stream, else null (the deltas add up to it)."""
-    logprobs: list[dict[str, Any]] | None = None
+    logprobs: list[LogprobEntry] | None = None
     """Every token's logprobs when the request did not stream and asked for them."""
     num_preemptions: int = 0
-    breakdown: dict[str, Any] | None = None
+    breakdown: dict[str, object] | None = None
     """Why the request waited and how its prompt was computed: llmd.wait_breakdown's wire
     form (wait seconds and steps per reason, prefill chunks, prefix hits, preemptions)."""
 
@@ -96,7 +97,7 @@ class ErrorReply(WireMessage):
     max_fitting_tokens: int | None = None
     """The same refusal: the largest max_tokens that fits after the prompt (0: none does)."""
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         """The plain dict; absent refusal numbers are left out, so other errors travel as before."""
         data = super().to_wire()
         for name in CONTEXT_FIELDS:
@@ -191,7 +192,7 @@ DaemonMessage = (
     | Keepalive
 )
 
-DAEMON_MESSAGE_TYPES: dict[str, type[WireMessage]] = {
+DAEMON_MESSAGE_TYPES: dict[str, type[DaemonMessage]] = {
     cls.TYPE: cls
     for cls in (
         Accepted,

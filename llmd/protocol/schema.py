@@ -8,10 +8,10 @@ message can never carry a value its annotation does not allow.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
-from typing import Any, ClassVar, Union
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar, Union
 
 from llmd.errors import InvalidParameterError
 from llmd.protocol.errors import ProtocolError
@@ -20,6 +20,8 @@ PROTOCOL_VERSION = 1
 """Bumped whenever a message changes incompatibly; both ends refuse other versions."""
 ENVELOPE_FIELDS = ("type", "v")
 
+MessageT = TypeVar("MessageT", bound="WireMessage")
+"""A message class, or a union of them (what a table of `parse_message` holds)."""
 
 class WireMessage:
     """Mixin for frozen dataclasses that travel as {"type": TYPE, "v": 1, **fields}."""
@@ -37,22 +39,22 @@ class WireMessage:
     def validate(self) -> None:
         """Checks that span fields or ranges; subclasses raise InvalidParameterError."""
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         """The plain dict that is msgpack-encoded."""
-        data: dict[str, Any] = {"type": self.TYPE, "v": PROTOCOL_VERSION}
+        data: dict[str, object] = {"type": self.TYPE, "v": PROTOCOL_VERSION}
         for field in dataclasses.fields(self):  # type: ignore[arg-type]
             data[field.name] = getattr(self, field.name)
         return data
 
     @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> WireMessage:
+    def from_wire(cls: type[MessageT], data: Mapping[str, object]) -> MessageT:
         """Build from a decoded map; unknown, missing or mistyped fields raise typed errors."""
         check_envelope(data, cls.TYPE)
         hints = _field_hints(cls)
         unknown = sorted(set(data) - set(hints) - set(ENVELOPE_FIELDS))
         if unknown:
             raise InvalidParameterError(f"unknown field in a {cls.TYPE} message", unknown[0])
-        kwargs = {}
+        kwargs: dict[str, object] = {}
         for field in dataclasses.fields(cls):  # type: ignore[arg-type]
             if field.name in data:
                 kwargs[field.name] = data[field.name]
@@ -61,7 +63,7 @@ class WireMessage:
         return cls(**kwargs)
 
 
-def check_envelope(data: dict[str, Any], expected_type: str | None = None) -> str:
+def check_envelope(data: Mapping[str, object], expected_type: str | None = None) -> str:
     """Validate "type" and "v" and return the type; raises ProtocolError."""
     message_type = data.get("type")
     if not isinstance(message_type, str):
@@ -77,17 +79,24 @@ def check_envelope(data: dict[str, Any], expected_type: str | None = None) -> st
     return message_type
 
 
-def _is_required(field: dataclasses.Field) -> bool:
+def _is_required(field: dataclasses.Field[object]) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
-@functools.cache
-def _field_hints(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {field.name: hints[field.name] for field in dataclasses.fields(cls)}
+_HINTS_BY_CLASS: dict[type, dict[str, object]] = {}
+"""Each message class's field annotations, resolved once (get_type_hints is slow)."""
 
 
-def check_value(value: Any, hint: Any, name: str) -> Any:
+def _field_hints(cls: type) -> dict[str, object]:
+    field_hints = _HINTS_BY_CLASS.get(cls)
+    if field_hints is None:
+        hints = typing.get_type_hints(cls)
+        field_hints = {field.name: hints[field.name] for field in dataclasses.fields(cls)}
+        _HINTS_BY_CLASS[cls] = field_hints
+    return field_hints
+
+
+def check_value(value: object, hint: object, name: str) -> object:
     """Return `value` (ints widened to float where a float is due) or raise naming `name`."""
     ok, checked = _conform(value, hint)
     if not ok:
@@ -95,8 +104,8 @@ def check_value(value: Any, hint: Any, name: str) -> Any:
     return checked
 
 
-def _conform(value: Any, hint: Any) -> tuple[bool, Any]:
-    if hint is Any:
+def _conform(value: object, hint: object) -> tuple[bool, object]:
+    if hint is Any or hint is object:
         return True, value
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
@@ -112,25 +121,27 @@ def _conform(value: Any, hint: Any) -> tuple[bool, Any]:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool), value
     if hint is float:
-        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return is_number, float(value) if is_number and not isinstance(value, float) else value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False, value
+        return True, float(value) if isinstance(value, int) else value
     if hint is str:
         return isinstance(value, str), value
     if origin is list:
         if not isinstance(value, list):
             return False, value
         (item_hint,) = typing.get_args(hint)
-        items = []
+        items: list[object] = []
         for item in value:
             ok, checked = _conform(item, item_hint)
             if not ok:
                 return False, value
             items.append(checked)
         return True, items if any(a is not b for a, b in zip(items, value)) else value
-    if origin is dict:
+    if origin is dict or typing.is_typeddict(hint):
         if not isinstance(value, dict):
             return False, value
-        _, value_hint = typing.get_args(hint)
+        # A TypedDict's keys are not checked here, as before it was one: a plain map.
+        _, value_hint = typing.get_args(hint) if origin is dict else (str, object)
         for key, item in value.items():
             if not isinstance(key, str) or not _conform(item, value_hint)[0]:
                 return False, value
@@ -138,7 +149,7 @@ def _conform(value: Any, hint: Any) -> tuple[bool, Any]:
     raise TypeError(f"unsupported wire annotation {hint!r}")  # a bug in a message class
 
 
-def describe(hint: Any) -> str:
+def describe(hint: object) -> str:
     """Human wording of an annotation: 'a list of integers', 'a string or null'."""
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
@@ -147,24 +158,30 @@ def describe(hint: Any) -> str:
         return f"a list of {_plural(typing.get_args(hint)[0])}"
     if origin is dict:
         return f"a map of {_plural(typing.get_args(hint)[1])}"
-    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+    if typing.is_typeddict(hint):
+        return f"a map of {_plural(object)}"
+    names: dict[object, str] = {
+        str: "a string", int: "an integer", float: "a number", bool: "a boolean"
+    }
     if hint is type(None):
         return "null"
     return names.get(hint, "a value")
 
 
-def _plural(hint: Any) -> str:
+def _plural(hint: object) -> str:
     origin = typing.get_origin(hint)
     if origin is list:
         return "lists"
-    if origin is dict:
+    if origin is dict or typing.is_typeddict(hint):
         return "maps"
-    names = {str: "strings", int: "integers", float: "numbers", bool: "booleans"}
+    names: dict[object, str] = {str: "strings", int: "integers", float: "numbers", bool: "booleans"}
     return names.get(hint, describe(hint))
 
 
-def _describe_value(value: Any) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+def _describe_value(value: object) -> str:
+    names: dict[object, str] = {
+        bool: "a boolean", int: "an integer", float: "a number", str: "a string"
+    }
     if value is None:
         return "null"
     if isinstance(value, list):

@@ -16,7 +16,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Static
 from textual.worker import Worker
 
-from llmd.client import Accepted, Finished, PrefillProgress, TokenDelta
+from llmd.client import Accepted, AsyncClient, Finished, PrefillProgress, TokenDelta
 from llmd.client.context_fit import MaxTokensCut
 from llmd.client.fitted_stream import astream_fitted
 from llmd.sampling_params import SamplingParams
@@ -49,7 +49,7 @@ ABORT_GRACE_S = 3.0
 """After Esc, how long the daemon has to confirm the abort before the stream is dropped."""
 
 
-class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
+class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App[None]):
     """A chat with the model served by one llmd daemon."""
 
     CSS_PATH = "chat.tcss"
@@ -61,7 +61,7 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
-    def __init__(self, client: Any, address: str, conversation: Conversation) -> None:
+    def __init__(self, client: AsyncClient, address: str, conversation: Conversation) -> None:
         super().__init__()
         self.client = client
         """An AsyncClient (or a fake with the same stream/abort/health/stats/close)."""
@@ -73,7 +73,7 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
         """Number of the newest reply; events of older replies are ignored."""
         self.active_reply: AssistantReply | None = None
         self.active_client_id: str | None = None
-        self._reply_worker: Worker | None = None
+        self._reply_worker: Worker[None] | None = None
         self._sent_messages: list[dict[str, str]] = []
         self._stop_requested: int | None = None
         """The reply the user stopped (Esc/Ctrl+C), told apart from one the daemon ended."""
@@ -311,7 +311,7 @@ class ChatApp(DaemonWatch, ReplyRetry, CommandRunner, App):
 
 
 def create_chat_app(
-    client: Any,
+    client: AsyncClient,
     address: str,
     system_prompt: str | None = None,
     params: SamplingParams = DEFAULT_CHAT_PARAMS,

@@ -6,23 +6,27 @@ becomes a notice in the conversation instead of a crash.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual import work
 
 from llmd.client.status_report import format_status, status_report
 from llmd.errors import LLMDError
+from llmd.tui.chat.chat_host import ChatHost
 from llmd.tui.chat.commands import COMMAND_HELP, KEYS_HELP, parse_command
 from llmd.tui.chat.conversation import Conversation
 from llmd.tui.chat.events import StatsFetched
 from llmd.tui.chat.notice import Notice, describe_error
 from llmd.tui.chat.settings import apply_setting, describe, describe_all
 
+if TYPE_CHECKING:
+    from llmd.client import AsyncClient
 
-class CommandRunner:
+
+class CommandRunner(ChatHost):
     """Chat app mixin (the app gives `_add`, `_update_status`, `action_clear`): runs commands."""
 
-    client: Any
+    client: AsyncClient
     conversation: Conversation
     is_running: bool
 
@@ -77,7 +81,9 @@ class CommandRunner:
         if not self.is_running:  # a late answer while the app shuts down: no widgets to update
             return
         if event.snapshot is None:
-            await self._add(Notice(describe_error(event.error), is_error=True))
+            # A StatsFetched without a snapshot always carries the error that prevented it.
+            error = event.error or RuntimeError("no stats snapshot")
+            await self._add(Notice(describe_error(error), is_error=True))
             return
         lines = [format_status(status_report(event.snapshot)), "", self.conversation.summary()]
         await self._add(Notice("\n".join(lines)))

@@ -6,10 +6,11 @@ open; noticing it here keeps the conversation usable and the status line truthfu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 
+from llmd.tui.chat.chat_host import ChatHost
 from llmd.tui.chat.conversation import Conversation
 from llmd.tui.chat.events import DaemonInfo
 from llmd.tui.chat.notice import Notice
@@ -17,16 +18,19 @@ from llmd.tui.chat.notice import Notice
 HEALTH_POLL_S = 2.0
 """How often the chat checks that the daemon is there and still the same one."""
 
+if TYPE_CHECKING:
+    from llmd.client import AsyncClient
+
 
 def daemon_identity(health: dict[str, Any]) -> tuple[Any, ...]:
     """What changes when a different daemon answers: its instance id (if sent), pid, start."""
     return (health.get("instance_id"), health.get("pid"))
 
 
-class DaemonWatch:
+class DaemonWatch(ChatHost):
     """Chat app mixin (the app gives `_add`, `_update_status`): watches the daemon's health."""
 
-    client: Any
+    client: AsyncClient
     address: str
     conversation: Conversation
     model_name: str

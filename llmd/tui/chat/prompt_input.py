@@ -6,7 +6,7 @@ cursor is on the first or last line, and move between lines otherwise.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual import events
 from textual.binding import Binding, BindingType
@@ -35,7 +35,7 @@ class PromptInput(TextArea):
             self.input = prompt_input
             self.value = value
 
-    def __init__(self, history: PromptHistory, placeholder: str = "", **kwargs) -> None:
+    def __init__(self, history: PromptHistory, placeholder: str = "", **kwargs: Any) -> None:
         super().__init__(
             placeholder=placeholder, show_line_numbers=False, soft_wrap=True, compact=True, **kwargs
         )

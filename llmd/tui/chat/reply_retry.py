@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmd.tui.chat.assistant_reply import AssistantReply
+from llmd.tui.chat.chat_host import ChatHost
 from llmd.tui.chat.conversation import Conversation
 from llmd.tui.chat.events import ReplyCut
 from llmd.tui.chat.notice import Notice
@@ -25,7 +26,7 @@ def trim_notice(conversation: Conversation, num_dropped: int) -> str:
     )
 
 
-class ReplyRetry:
+class ReplyRetry(ChatHost):
     """Chat app mixin (the app gives `_add`, `_current`, `_start_reply`): a refused reply
     sent again, or the notice that the client sent it again asking for less."""
 

@@ -7,6 +7,7 @@ chat reports exactly the typed error the daemon would have sent.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from llmd.errors import InvalidParameterError
 from llmd.sampling_params import SamplingParams
@@ -48,8 +49,8 @@ def parse_value(name: str, text: str) -> int | float | None:
 
 def apply_setting(params: SamplingParams, name: str, text: str) -> SamplingParams:
     """A copy of `params` with setting `name` parsed from `text` (validated on construction)."""
-    value = parse_value(name, text)
-    return dataclasses.replace(params, **{name: value})
+    changes: dict[str, Any] = {name: parse_value(name, text)}  # a field named at run time
+    return dataclasses.replace(params, **changes)
 
 
 def describe_all(params: SamplingParams) -> str:

@@ -42,16 +42,18 @@ WIDE_COLUMNS = 120
 """Narrower terminals hide the panels of class `optional` (top.tcss's -narrow rules)."""
 
 
-class TopApp(App):
+class TopApp(App[None]):
     """A live monitor of one llmd daemon."""
 
     CSS_PATH = "top.tcss"
     TITLE = "llmd top"
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [
+    # textual's App annotates these `ClassVar[...] | None`, which mypy reads as instance
+    # variables: it then refuses class variables here, though they are what textual reads.
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [  # type: ignore[misc]
         (0, "-narrow"),
         (WIDE_COLUMNS, "-wide"),
     ]
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (36, "-tall")]
+    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (36, "-tall")]  # type: ignore[misc]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("p", "pause", "Pause"),

@@ -55,10 +55,11 @@ def timeline_strip(timeline: TimelineView, width: int) -> str:
             queued[cell] = True
     most_tokens = max(tokens, default=0)
     last_level = len(SPARK_LEVELS) - 1
-    cells = []
+    cells: list[str] = []
     for cell in range(width):
-        if marks[cell] is not None:
-            cells.append(marks[cell])
+        mark = marks[cell]
+        if mark is not None:
+            cells.append(mark)
         elif tokens[cell]:
             level = max(0, min(last_level, round(tokens[cell] / most_tokens * last_level)))
             cells.append(SPARK_LEVELS[level])

@@ -9,10 +9,13 @@ panel and every widget under the repainted region, which is most of top's CPU ti
 
 from __future__ import annotations
 
-from rich.console import RenderableType
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console, RenderableType
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
@@ -30,7 +33,7 @@ class Panel(Widget):
     """A slow-moving, costly panel (windowed percentiles, the block map): it redraws at
     most once per the app's `slow_redraw_s`, off the snapshot-rate path."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.view: TopView | None = None
         self._drawn_state: object = _NOTHING
@@ -40,7 +43,7 @@ class Panel(Widget):
         """(content size, base style) the strips were rendered for: a resize or a theme
         change renders them again."""
         self._line_strips_key: tuple[int, Style] | None = None
-        self._line_strips: dict[tuple, Strip] = {}
+        self._line_strips: dict[tuple[str, str | Style, tuple[Span, ...]], Strip] = {}
         """The last render's strip of each distinct line: unchanged lines are not rendered."""
         self.num_lines_repainted = 0
         """Content lines sent to the screen since mount (tests count repaints with it)."""
@@ -117,8 +120,11 @@ class Panel(Widget):
             self._shrink_since = None
         elif self._shrink_since is None:
             self._shrink_since = now
-        is_shrink_due = needed < allotted and (
-            allotted > room or now - self._shrink_since >= SHRINK_AFTER_S
+        shrink_since = self._shrink_since  # set above whenever needed < allotted
+        is_shrink_due = (
+            needed < allotted
+            and shrink_since is not None
+            and (allotted > room or now - shrink_since >= SHRINK_AFTER_S)
         )
         if needed > allotted or is_shrink_due:
             self._allotted = ((width, screen_height), needed)
@@ -183,7 +189,7 @@ class Panel(Widget):
         size = self.content_size
         return self.draw(self.view, max(1, size.width), max(1, size.height))
 
-    def draw(self, view: TopView, width: int, height: int) -> RenderableType:
+    def draw(self, view: TopView, width: int, height: int) -> Text:
         """The panel's content for a `width` x `height` region."""
         raise NotImplementedError
 
@@ -201,7 +207,7 @@ _NOTHING = object()
 """The drawn state of a panel that has not drawn yet (equal to no state)."""
 
 
-def line_strip(line: Text, console, base: Style, width: int) -> Strip:
+def line_strip(line: Text, console: Console, base: Style, width: int) -> Strip:
     """One line of text as exactly `width` cells over the `base` style (cropped or padded)."""
     segments = line.render(console)
     if line.style and not line.spans:  # render() applies the text's own style only to spans
@@ -220,7 +226,7 @@ def line_runs(line_numbers: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def styled_runs(chars: str, style_of) -> Text:
+def styled_runs(chars: str, style_of: Callable[[str], str | Style]) -> Text:
     """`chars` with each run of equally styled characters as one span (cheap to draw)."""
     text = Text()
     start = 0
@@ -231,7 +237,7 @@ def styled_runs(chars: str, style_of) -> Text:
     return text
 
 
-def wrapped(lines: list[Text], width: int, console) -> list[Text]:
+def wrapped(lines: list[Text], width: int, console: Console) -> list[Text]:
     """Each line word-wrapped to `width` (long prose wraps instead of being cut)."""
     return [part for line in lines for part in line.wrap(console, max(1, width))]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -81,7 +82,7 @@ class HeaderPanel(Panel):
 
     FITS_CONTENT = True
 
-    def __init__(self, address: str, **kwargs) -> None:
+    def __init__(self, address: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.address = address
 
@@ -102,7 +103,7 @@ class HeaderPanel(Panel):
         view = self.view or TopView()
         return self.draw(view, max(1, size.width), max(1, size.height))
 
-    def draw(self, view: TopView, width: int, height: int) -> RenderableType:
+    def draw(self, view: TopView, width: int, height: int) -> Text:
         return join_lines(self.lines(view, width), height)
 
     def lines(self, view: TopView, width: int) -> list[Text]:
