@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 
 import uvicorn
 
@@ -66,10 +66,30 @@ def main(argv: list[str]) -> int:
     )
     server = uvicorn.Server(config)
     logger.info("HTTP server: uvicorn, %s parser, %s event loop", config.http, loop_name)
-    # asyncio.Runner is Python 3.11+, though pyproject allows 3.10 (mypy checks for 3.10).
-    with asyncio.Runner(loop_factory=loop_factory) as runner:  # type: ignore[attr-defined]
-        runner.run(_serve(server, listener, args.ready_fd, args.lifeline_fd))
+    run_on_loop(_serve(server, listener, args.ready_fd, args.lifeline_fd), loop_factory)
     return 0
+
+
+def run_on_loop(
+    main: Coroutine[object, object, None],
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None,
+) -> None:
+    """Run `main` to completion on a loop from `loop_factory` (None: asyncio's default).
+
+    asyncio.Runner takes a factory only from Python 3.11; llmd supports 3.10, so the loop
+    is set up and torn down here as asyncio.run would.
+    """
+    if loop_factory is None:
+        asyncio.run(main)
+        return
+    loop = loop_factory()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(main)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 def event_loop_factory() -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:

@@ -8,7 +8,7 @@ import sys
 import httpx
 import pytest
 
-from llmd.http.worker import event_loop_factory, http_parser_name
+from llmd.http.worker import event_loop_factory, http_parser_name, run_on_loop
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="uvloop is a dependency on POSIX only")
@@ -35,3 +35,16 @@ def test_the_served_http_process_says_what_it_runs_on(served_http):
     assert httpx.get(f"{served_http.url}/version", timeout=10).status_code == 200
     log = served_http.log_path.read_text()
     assert "HTTP server: uvicorn, httptools parser, uvloop event loop" in log, log
+
+
+@pytest.mark.parametrize("is_uvloop", [True, False])
+def test_run_on_loop_runs_to_the_end_and_closes_its_loop(is_uvloop):
+    factory = event_loop_factory()[0] if is_uvloop else None
+    seen = []
+
+    async def main() -> None:
+        await asyncio.sleep(0)
+        seen.append(type(asyncio.get_running_loop()).__module__)
+
+    run_on_loop(main(), factory)
+    assert len(seen) == 1 and seen[0].startswith("uvloop") == is_uvloop
