@@ -106,11 +106,6 @@ class SamplingParams:
         )
 
     @property
-    def is_greedy(self) -> bool:
-        """True when the next token is the argmax (temperature 0)."""
-        return self.temperature == 0.0
-
-    @property
     def has_penalties(self) -> bool:
         """True when any repetition, presence or frequency penalty is active."""
         return (

@@ -36,6 +36,7 @@ from llmd.kernels import (
     decode_attention,
     kv_store,
     launch_configs,
+    paged_launch,
     prefill_attention,
     rmsnorm,
     rotary,
@@ -79,6 +80,7 @@ def capture_kernels(launches: list) -> None:
         if hasattr(module, "check_devices"):
             module.check_devices = _first_device
     checks.check_devices = _first_device
+    paged_launch.must_dot_in_fp32 = lambda dtype: dtype == torch.float32
 
 
 def _first_device(tensors: dict) -> torch.device:

@@ -11,25 +11,27 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from llmd.attention.metadata import AttentionMetadata
+from llmd.attention.inputs import AttentionInputs
 
 
 class AttentionBackend(ABC):
     """Stores a step's new K/V into the paged cache and computes causal paged attention."""
 
     name: str = "abstract"
+    """What the user calls it (`attention_backend=`); decisions read the fields below."""
+    supports_cuda_graphs: bool = False
+    """True when `forward` never reads metadata values on the host, so a decode step can be
+    captured once in a CUDA graph and replayed."""
+    reads_any_kv_dtype: bool = False
+    """True when the cache may hold another dtype than the activations (the backend
+    computes in float32 either way); otherwise K/V are stored in the model's dtype."""
+    pairs_with_triton_layers: bool = False
+    """True when the layers should run llmd's Triton kernels alongside it (on CUDA)."""
+    pairs_with_cpu_layer_ops: bool = False
+    """True when the layers should run the C++ CPU layer ops built with its extension."""
 
     @abstractmethod
-    def forward(
-        self,
-        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-        key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
-        v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
-        metadata: AttentionMetadata,
-        scale: float,
-    ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
+    def forward(self, inputs: AttentionInputs) -> torch.Tensor:
         """Write key/value into their slots, then attend each query over its context."""
 
     def kv_cache_shapes(

@@ -11,7 +11,7 @@ import torch
 
 from llmd.attention.backend import AttentionBackend
 from llmd.attention.cpu_extension import load_paged_attention_op
-from llmd.attention.metadata import AttentionMetadata
+from llmd.attention.inputs import AttentionInputs
 
 
 class CpuAttentionBackend(AttentionBackend):
@@ -24,6 +24,8 @@ class CpuAttentionBackend(AttentionBackend):
     """
 
     name = "cpu"
+    reads_any_kv_dtype = True
+    pairs_with_cpu_layer_ops = True
 
     def __init__(self) -> None:
         self._op = load_paged_attention_op()
@@ -37,36 +39,28 @@ class CpuAttentionBackend(AttentionBackend):
             (num_blocks, num_kv_heads, block_size, head_dim),
         )
 
-    def forward(
-        self,
-        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-        key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        k_cache: torch.Tensor,  # [num_blocks, num_kv_heads, head_dim, block_size]
-        v_cache: torch.Tensor,  # [num_blocks, num_kv_heads, block_size, head_dim]
-        metadata: AttentionMetadata,
-        scale: float,
-    ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
+    def forward(self, inputs: AttentionInputs) -> torch.Tensor:
         """Write key/value into their slots, then attend each query over its context.
 
         The op computes in float32 whatever the cache dtype; rows past the last
         sequence's tokens (batch padding) are left uninitialised. query/key/value may be
         views into the fused qkv output (strided tokens): the op reads them in place.
         """
-        cache_dtype = k_cache.dtype
+        query, metadata = inputs.query, inputs.metadata
+        cache_dtype = inputs.k_cache.dtype
         out = torch.empty(query.shape, dtype=torch.float32)  # [num_tokens, heads, head_dim]
         self._op(
             out,
             _token_rows(query.to(torch.float32)),
-            _token_rows(key.to(cache_dtype)),
-            _token_rows(value.to(cache_dtype)),
-            k_cache,
-            v_cache,
+            _token_rows(inputs.key.to(cache_dtype)),
+            _token_rows(inputs.value.to(cache_dtype)),
+            inputs.k_cache,
+            inputs.v_cache,
             metadata.slot_mapping,
             metadata.block_tables,
             metadata.query_start_loc,
             metadata.seq_lens,
-            scale,
+            inputs.scale,
         )
         return out if query.dtype == torch.float32 else out.to(query.dtype)
 

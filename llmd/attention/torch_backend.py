@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from llmd.attention.backend import AttentionBackend
+from llmd.attention.inputs import AttentionInputs
 from llmd.attention.metadata import AttentionMetadata
 
 DECODE_CHUNK_BYTES = 2 * 1024 * 1024
@@ -49,30 +50,23 @@ class TorchAttentionBackend(AttentionBackend):
     def __init__(self) -> None:
         self._plan: _StepPlan | None = None
 
-    def forward(
-        self,
-        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-        key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
-        v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
-        metadata: AttentionMetadata,
-        scale: float,
-    ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
+    def forward(self, inputs: AttentionInputs) -> torch.Tensor:
         """Store this step's K/V, then attend every query over its sequence's cached context."""
+        query, metadata = inputs.query, inputs.metadata
+        k_cache, v_cache = inputs.k_cache, inputs.v_cache
         num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
         k_slots = k_cache.view(-1, num_kv_heads, head_dim)  # [num_slots, num_kv_heads, head_dim]
         v_slots = v_cache.view(-1, num_kv_heads, head_dim)
-        k_slots.index_copy_(0, metadata.slot_mapping, key.to(k_slots.dtype))
-        v_slots.index_copy_(0, metadata.slot_mapping, value.to(v_slots.dtype))
+        k_slots.index_copy_(0, metadata.slot_mapping, inputs.key.to(k_slots.dtype))
+        v_slots.index_copy_(0, metadata.slot_mapping, inputs.value.to(v_slots.dtype))
 
         plan = self._plan_for(metadata, k_cache.shape[1])
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
         if plan.decode_slots is not None:
-            _decode_attention(query, k_slots, v_slots, plan, scale, out)
+            _decode_attention(query, k_slots, v_slots, plan, inputs.scale, out)
         for prefill in plan.prefills:
             out[prefill.rows] = _prefill_attention(
-                query[prefill.rows], k_cache, v_cache, prefill, scale
+                query[prefill.rows], k_cache, v_cache, prefill, inputs.scale
             )
         return out
 

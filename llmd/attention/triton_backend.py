@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from llmd.attention.backend import AttentionBackend
-from llmd.attention.metadata import AttentionMetadata
+from llmd.attention.inputs import AttentionInputs
 from llmd.kernels.decode_attention import decode_attention
 from llmd.kernels.kv_store import kv_store
 from llmd.kernels.prefill_attention import prefill_attention
@@ -30,22 +30,17 @@ class TritonAttentionBackend(AttentionBackend):
     """
 
     name = "triton"
+    supports_cuda_graphs = True
+    pairs_with_triton_layers = True
 
-    def forward(
-        self,
-        query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-        key: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        value: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-        k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
-        v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
-        metadata: AttentionMetadata,
-        scale: float,
-    ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
+    def forward(self, inputs: AttentionInputs) -> torch.Tensor:
         """Write key/value into their slots, then attend each query over its context.
 
         Rows past the last sequence's tokens (batch padding) are left uninitialised.
         """
-        kv_store(key, value, k_cache, v_cache, metadata.slot_mapping)
+        query, metadata = inputs.query, inputs.metadata
+        k_cache, v_cache = inputs.k_cache, inputs.v_cache
+        kv_store(inputs.key, inputs.value, k_cache, v_cache, metadata.slot_mapping)
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
         num_decodes = metadata.num_decode_seqs
         if num_decodes > 0:
@@ -55,7 +50,7 @@ class TritonAttentionBackend(AttentionBackend):
                 v_cache,
                 metadata.block_tables[:num_decodes],
                 metadata.seq_lens[:num_decodes],
-                scale,
+                inputs.scale,
                 out=out[:num_decodes],
             )
         if metadata.num_prefill_seqs > 0:
@@ -69,7 +64,7 @@ class TritonAttentionBackend(AttentionBackend):
                 metadata.seq_lens[num_decodes:],
                 metadata.query_start_loc[num_decodes:],
                 max(metadata.query_lens_cpu[num_decodes:]),
-                scale,
+                inputs.scale,
                 out=out,
             )
         return out

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from llmd.bench.number_cell import number_cell
 from llmd.errors import InvalidParameterError
 
 
@@ -208,12 +209,9 @@ def render_probes(capacity: dict[str, Any]) -> str:
     lines = [header]
     for index, probe in enumerate(capacity["probes"], 1):
         lines.append(
-            f"{index:>5}{rate_text(probe['rate_rps']):>10}{_num(probe['attainment'], 100):>10}"
-            f"{_num(probe['goodput_rps']):>9}{_num(probe['ttft_p99_ms']):>10}"
-            f"{_num(probe['tpot_p99_ms']):>10}  {'pass' if probe['passed'] else 'fail'}"
+            f"{index:>5}{rate_text(probe['rate_rps']):>10}"
+            f"{number_cell(probe['attainment'], scale=100):>10}"
+            f"{number_cell(probe['goodput_rps']):>9}{number_cell(probe['ttft_p99_ms']):>10}"
+            f"{number_cell(probe['tpot_p99_ms']):>10}  {'pass' if probe['passed'] else 'fail'}"
         )
     return "\n".join(lines)
-
-
-def _num(value: float | None, factor: float = 1.0) -> str:
-    return "-" if value is None else f"{value * factor:.1f}"

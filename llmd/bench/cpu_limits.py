@@ -57,6 +57,7 @@ def decode_attention_gbps(
     turn, as in a real forward pass, so the K/V come from memory rather than L3.
     """
     from llmd.attention.factory import create_attention_backend
+    from llmd.attention.inputs import AttentionInputs
     from llmd.attention.reference import build_metadata
 
     backend = create_attention_backend(backend_name, torch.device("cpu"))
@@ -78,7 +79,8 @@ def decode_attention_gbps(
 
     def all_layers() -> None:
         for k_cache, v_cache in caches:
-            backend.forward(query, key, value, k_cache, v_cache, metadata, head_dim**-0.5)
+            inputs = AttentionInputs(query, key, value, k_cache, v_cache, metadata, head_dim**-0.5)
+            backend.forward(inputs)
 
     seconds = _median_seconds(all_layers, repeats) / num_layers
     kv_bytes = 2 * num_seqs * context_len * num_kv_heads * head_dim * caches[0][0].element_size()

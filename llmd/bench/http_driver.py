@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any
 
-from llmd.bench.request_record import ABORTED, FAILED, RequestRecord
+from llmd.bench.request_record import RequestRecord
 from llmd.errors import InvalidParameterError
 from llmd.wait_breakdown import WaitBreakdown
 
@@ -111,16 +111,12 @@ class HttpDriver:
                         break
                     num_chunks += self._on_chunk(record, json.loads(data))
         except Exception as error:  # any failure is counted, never dropped
-            record.status = FAILED
-            record.error = f"{type(error).__name__}: {error}"
-            record.finished_s = self.now()
+            record.fail(f"{type(error).__name__}: {error}", self.now())
             return []
-        record.finished_s = self.now()
         if record.finish_reason is None:
-            record.status = FAILED
-            record.error = "the stream ended without a finish reason"
-        elif record.finish_reason not in ("stop", "length"):
-            record.status = ABORTED
+            record.fail("the stream ended without a finish reason", self.now())
+        else:
+            record.end(self.now(), record.finish_reason)
         if not record.num_output_tokens:
             record.num_output_tokens = num_chunks  # no usage chunk: one token per chunk
         return []
@@ -136,10 +132,7 @@ class HttpDriver:
         carried = 0
         for choice in chunk.get("choices") or []:
             if choice.get("text"):
-                arrived = self.now()
-                if record.first_token_s is None:
-                    record.first_token_s = arrived
-                record.token_arrival_s.append(arrived)
+                record.note_output(self.now())
                 carried = 1
             if choice.get("finish_reason"):
                 record.finish_reason = choice["finish_reason"]

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from llmd.bench.datasets import Session
-from llmd.bench.request_record import FAILED, RequestRecord
+from llmd.bench.request_record import RequestRecord
 
 
 class LoadGenerator:
@@ -73,8 +73,7 @@ class LoadGenerator:
         for turn in turns:
             now = self.driver.now()
             record = RequestRecord(len(self.records), now, session_index, turn, now, finished_s=now)
-            record.status = FAILED
-            record.error = "not sent: an earlier turn of its session failed"
+            record.fail("not sent: an earlier turn of its session failed")
             self.records.append(record)
             if self.on_done is not None:
                 self.on_done(record)

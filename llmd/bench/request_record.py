@@ -45,6 +45,26 @@ class RequestRecord:
     """The server's wait breakdown when it returns one (llmd: docs/protocol.md, "Wait
     breakdown"): seconds and steps per wait reason, prefill chunks, prefix hits."""
 
+    def note_output(self, arrived_s: float) -> None:
+        """Record one streamed delta that carried output, arriving at `arrived_s`."""
+        if self.first_token_s is None:
+            self.first_token_s = arrived_s
+        self.token_arrival_s.append(arrived_s)
+
+    def end(self, finished_s: float, finish_reason: str) -> None:
+        """Record how the request ended: aborted unless it stopped or reached its length."""
+        self.finished_s = finished_s
+        self.finish_reason = finish_reason
+        if finish_reason not in ("stop", "length"):
+            self.status = ABORTED
+
+    def fail(self, error: str, finished_s: float | None = None) -> None:
+        """Mark the request failed with `error`, and when it ended if it did."""
+        self.status = FAILED
+        self.error = error
+        if finished_s is not None:
+            self.finished_s = finished_s
+
     @property
     def is_ok(self) -> bool:
         """True when the request completed (stop or length)."""

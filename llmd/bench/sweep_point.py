@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from llmd.bench.number_cell import number_cell
 from llmd.bench.request_record import RequestRecord
 from llmd.bench.slo import Slo, goodput
 
@@ -129,16 +130,12 @@ def render_points_table(points: list[SweepPoint]) -> str:
     lines = [header, "-" * len(header)]
     for p in points:
         lines.append(
-            f"{p.setting:<18}{p.request_rate!s:>6}{_num(p.output_tokens_per_s):>10}"
-            f"{_num(p.ttft_p99_ms):>10}{_num(p.itl_p99_ms):>9}{_num(p.goodput_per_s, 2):>8}"
-            f"{_num(None if p.goodput_fraction is None else 100 * p.goodput_fraction):>8}"
+            f"{p.setting:<18}{p.request_rate!s:>6}{number_cell(p.output_tokens_per_s):>10}"
+            f"{number_cell(p.ttft_p99_ms):>10}{number_cell(p.itl_p99_ms):>9}"
+            f"{number_cell(p.goodput_per_s, 2):>8}{number_cell(p.goodput_fraction, scale=100):>8}"
             f"{p.num_failed:>6}"
         )
     return "\n".join(lines)
-
-
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def points_json(points: list[SweepPoint]) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import contextlib
 import time
 from typing import Any
 
-from llmd.bench.request_record import ABORTED, FAILED, RequestRecord
+from llmd.bench.request_record import RequestRecord
 from llmd.client import AsyncClient
 from llmd.protocol import Accepted, Finished, TokenDelta
 
@@ -52,28 +52,19 @@ class ZmqDriver:
                     if isinstance(event, Accepted):
                         record.num_prompt_tokens = event.num_prompt_tokens
                     elif isinstance(event, TokenDelta) and event.token_ids:
-                        arrived = self.now()
-                        if record.first_token_s is None:
-                            record.first_token_s = arrived
-                        record.token_arrival_s.append(arrived)
+                        record.note_output(self.now())
                         output_ids.extend(event.token_ids)
                     elif isinstance(event, Finished):
-                        record.finished_s = self.now()
-                        record.finish_reason = event.finish_reason
+                        record.end(self.now(), event.finish_reason)
                         record.num_output_tokens = len(event.token_ids)
                         record.num_cached_tokens = event.usage.get("cached_tokens", 0)
                         record.server_timings = dict(event.timings)
                         record.server_waits = event.breakdown
-                        if event.finish_reason not in ("stop", "length"):
-                            record.status = ABORTED
                         return list(event.token_ids) or output_ids
         except Exception as error:  # any failure is counted, never dropped
-            record.status = FAILED
-            record.error = f"{type(error).__name__}: {error}"
-            record.finished_s = self.now()
+            record.fail(f"{type(error).__name__}: {error}", self.now())
             return output_ids
-        record.status = FAILED
-        record.error = "the stream ended without a finished message"
+        record.fail("the stream ended without a finished message")
         return output_ids
 
     async def close(self) -> None:

@@ -30,10 +30,6 @@ def register(main: click.Group) -> None:
     main.add_command(logs)
 
 
-def _fail(error: Exception) -> click.ClickException:
-    return cli_error(error)
-
-
 @click.command(
     epilog="""\b
 Examples:
@@ -181,7 +177,7 @@ def serve(**kwargs: Any) -> None:
         )
         run_serve(options)
     except LLMDError as error:
-        raise _fail(error) from None
+        raise cli_error(error) from None
 
 
 @click.command(
@@ -255,7 +251,7 @@ def status(address: str | None, as_json: bool) -> None:
             not_running = {"running": False, "address": address, "error": str(error)}
             click.echo(json.dumps(not_running, indent=2))
             sys.exit(1)
-        raise _fail(error) from None
+        raise cli_error(error) from None
     report = status_report(snapshot)
     log_path = files.log_path(snapshot.get("daemon", {}).get("log_file"))
     report["log_file"] = None if log_path is None else str(log_path)

@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from llmd.cli_options import apply_options
 from llmd.commands.cli_group import cli_error
 from llmd.commands.help_text import ADDRESS_DEFAULT, ADDRESS_HELP
+from llmd.option_spec import Flag, click_option
+from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS
 
 if TYPE_CHECKING:
@@ -22,16 +25,28 @@ CHAT_CHECK_TIMEOUT_S = 3.0
 """How long `llmd chat` waits for the daemon's health reply before giving up."""
 TOP_SILENCE_FACTOR = 8
 """`llmd top` treats this many missed snapshot intervals (at least 2 s) as a lost daemon."""
+CHAT_SAMPLING_FLAGS = (
+    Flag(
+        "temperature",
+        short_names=("-t",),
+        default=DEFAULT_CHAT_PARAMS.temperature,
+        help="Sampling temperature (0: greedy).",
+    ),
+    Flag("top_p", default=DEFAULT_CHAT_PARAMS.top_p, help="Nucleus sampling mass (1: off)."),
+    Flag(
+        "max_tokens",
+        default=DEFAULT_CHAT_PARAMS.max_tokens,
+        help="Most tokens per reply (capped by the model's context).",
+    ),
+    Flag("seed", flag_name="--sampling-seed", help="Per-request seed for reproducible replies."),
+)
+"""The sampling flags of `llmd chat`, typed from SamplingParams, defaulted from the chat's."""
 
 
 def register(main: click.Group) -> None:
     """Add the terminal-app commands to the `llmd` group."""
     main.add_command(chat)
     main.add_command(top)
-
-
-def _fail(error: Exception) -> click.ClickException:
-    return cli_error(error)
 
 
 @click.command(
@@ -48,35 +63,7 @@ Examples:
     "-p", "--prompt", default=None, help="Ask one question, print the reply to stdout, exit."
 )
 @click.option("--system", "system_prompt", default=None, help="System prompt (none unless given).")
-@click.option(
-    "--temperature",
-    "-t",
-    type=float,
-    default=DEFAULT_CHAT_PARAMS.temperature,
-    show_default=True,
-    help="Sampling temperature (0: greedy).",
-)
-@click.option(
-    "--top-p",
-    type=float,
-    default=DEFAULT_CHAT_PARAMS.top_p,
-    show_default=True,
-    help="Nucleus sampling mass (1: off).",
-)
-@click.option(
-    "--max-tokens",
-    type=int,
-    default=DEFAULT_CHAT_PARAMS.max_tokens,
-    show_default=True,
-    help="Most tokens per reply (capped by the model's context).",
-)
-@click.option(
-    "--sampling-seed",
-    "seed",
-    type=int,
-    default=None,
-    help="Per-request seed for reproducible replies.",
-)
+@apply_options([click_option(SamplingParams, flag) for flag in CHAT_SAMPLING_FLAGS])
 @click.option("--stats", is_flag=True, help="One-shot: print the reply's stats to stderr.")
 @click.option(
     "--print-transcript",
@@ -102,7 +89,7 @@ def chat(address: str | None, prompt: str | None, system_prompt: str | None, sta
     try:
         params = _chat_params(settings)
     except LLMDError as error:
-        raise _fail(error) from None
+        raise cli_error(error) from None
     if prompt is None and not sys.stdin.isatty():
         prompt = require_utf8(sys.stdin.read(), "stdin").strip()
         if not prompt:
@@ -122,7 +109,7 @@ def chat(address: str | None, prompt: str | None, system_prompt: str | None, sta
         with Client(address, timeout=CHAT_CHECK_TIMEOUT_S) as client:
             client.health()
     except DaemonNotRunningError as error:
-        raise _fail(error) from None
+        raise cli_error(error) from None
     from llmd.client import AsyncClient
     from llmd.tui.chat.app import create_chat_app
 
@@ -135,8 +122,6 @@ def chat(address: str | None, prompt: str | None, system_prompt: str | None, sta
 def _chat_params(settings: dict[str, Any]) -> SamplingParams:
     """The chat's default sampling settings with the flags given on the command line."""
     import dataclasses
-
-    from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS
 
     given = {name: value for name, value in settings.items() if value is not None}
     return dataclasses.replace(DEFAULT_CHAT_PARAMS, **given)

@@ -109,10 +109,6 @@ class BlockManager:
         """Blocks needed to hold `num_tokens` tokens."""
         return -(-num_tokens // self.block_size)
 
-    def is_cached(self, block_id: int) -> bool:
-        """True when the block currently holds a registered prefix."""
-        return self.blocks[block_id].block_hash is not None
-
     # ---------------------------------------------------------- prefix caching
 
     def get_computed_blocks(self, request: Request) -> tuple[list[KVBlock], int]:

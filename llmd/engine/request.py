@@ -120,11 +120,6 @@ class Request:
         """True once a finish reason is set."""
         return self.status is RequestStatus.FINISHED
 
-    @property
-    def is_prefilling(self) -> bool:
-        """True while prompt tokens (or recomputed outputs) still lack K/V."""
-        return self.num_computed_tokens < self.num_tokens - 1
-
     def append_token(self, token_id: int, now: float) -> None:
         """Record one sampled token and its arrival time."""
         self.all_token_ids.append(token_id)

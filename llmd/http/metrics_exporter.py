@@ -63,18 +63,13 @@ class SnapshotCollector(Collector):
         daemon = self.snapshot.get("daemon", {})
         labels = ["model_name"]
         model = [str(daemon.get("model", ""))]
-        for section, key, name, doc in _GAUGES:
-            value = self.snapshot.get(section, {}).get(key)
-            if value is not None:
-                gauge = GaugeMetricFamily(self.prefix + name, doc, labels=labels)
-                gauge.add_metric(model, value)
-                yield gauge
-        for section, key, name, doc in _COUNTERS:
-            value = self.snapshot.get(section, {}).get(key)
-            if value is not None:
-                counter = CounterMetricFamily(self.prefix + name, doc, labels=labels)
-                counter.add_metric(model, value)
-                yield counter
+        for family_class, table in ((GaugeMetricFamily, _GAUGES), (CounterMetricFamily, _COUNTERS)):
+            for section, key, name, doc in table:
+                value = self.snapshot.get(section, {}).get(key)
+                if value is not None:
+                    family = family_class(self.prefix + name, doc, labels=labels)
+                    family.add_metric(model, value)
+                    yield family
         finished = self.snapshot.get("totals", {}).get("finished", {})
         success = CounterMetricFamily(
             self.prefix + "request_success",
@@ -98,9 +93,9 @@ class SnapshotCollector(Collector):
         for key, name, doc in _HISTOGRAMS:
             data = histograms.get(key)
             if data is not None:
-                family = HistogramMetricFamily(self.prefix + name, doc, labels=labels)
-                family.add_metric(model, _cumulative_buckets(data), data["sum"])
-                yield family
+                histogram = HistogramMetricFamily(self.prefix + name, doc, labels=labels)
+                histogram.add_metric(model, _cumulative_buckets(data), data["sum"])
+                yield histogram
 
 
 def render(snapshot: dict[str, Any]) -> bytes:

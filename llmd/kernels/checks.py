@@ -27,6 +27,12 @@ def check_tensor(value: object, name: str) -> torch.Tensor:
     return value
 
 
+def check_tensors(tensors: dict[str, object]) -> None:
+    """Raise naming the first value of `tensors` that is not a tensor."""
+    for name, value in tensors.items():
+        check_tensor(value, name)
+
+
 def check_dtype(tensor: torch.Tensor, name: str, dtypes: Sequence[torch.dtype]) -> None:
     """Raise unless `tensor.dtype` is one of `dtypes`."""
     allowed = ", ".join(str(dtype).removeprefix("torch.") for dtype in dtypes)
@@ -58,6 +64,12 @@ def check_last_dim_contiguous(tensor: torch.Tensor, name: str) -> None:
         name,
         f"last dim must be contiguous (stride 1), got strides {tensor.stride()}",
     )
+
+
+def check_last_dims_contiguous(tensors: dict[str, torch.Tensor]) -> None:
+    """Raise naming the first of `tensors` whose innermost dim is not contiguous."""
+    for name, tensor in tensors.items():
+        check_last_dim_contiguous(tensor, name)
 
 
 def check_contiguous(tensor: torch.Tensor, name: str) -> None:
@@ -127,8 +139,7 @@ def check_paged_attention_inputs(
     and `num_seqs`, when known, fixes the block tables' rows."""
     tensors = {"query": query, "k_cache": k_cache, "v_cache": v_cache}
     tensors |= {"block_tables": block_tables, "seq_lens": seq_lens, **(extra_tensors or {})}
-    for name, value in tensors.items():
-        check_tensor(value, name)
+    check_tensors(tensors)
     check_dtype(query, "query", FLOAT_DTYPES)
     check_shape(query, "query", (None, None, None))
     num_heads, head_dim = query.shape[1], query.shape[2]
@@ -153,8 +164,9 @@ def check_paged_attention_inputs(
     check_dtype(seq_lens, "seq_lens", INDEX_DTYPES)
     check_shape(seq_lens, "seq_lens", (block_tables.shape[0],))
     check_contiguous(seq_lens, "seq_lens")
-    for name in ("query", "k_cache", "v_cache", "block_tables"):
-        check_last_dim_contiguous(tensors[name], name)
+    check_last_dims_contiguous(
+        {name: tensors[name] for name in ("query", "k_cache", "v_cache", "block_tables")}
+    )
     if out is not None:
         check_tensor(out, "out")
         check_shape(out, "out", tuple(query.shape))

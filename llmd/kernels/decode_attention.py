@@ -15,14 +15,10 @@ import triton
 import triton.language as tl
 
 from llmd.errors import require
-from llmd.kernels.checks import (
-    check_paged_attention_inputs,
-    must_dot_in_fp32,
-    next_power_of_2,
-)
+from llmd.kernels.checks import check_paged_attention_inputs, next_power_of_2
 from llmd.kernels.launch_configs import arch_of, decode_config
+from llmd.kernels.paged_launch import LOG2_E, attention_constants, attention_strides
 
-LOG2_E = 1.4426950408889634
 MAX_NUM_SPLITS = 128
 SPLIT_MIN_SEQ_LEN = 1024
 """Contexts shorter than this (bound) never use split-K: one program reads them fast enough."""
@@ -302,25 +298,12 @@ def decode_attention(
         seq_lens,
         float(scale) * LOG2_E,
         num_heads,
-        out.stride(0),
-        out.stride(1),
-        query.stride(0),
-        query.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        v_cache.stride(0),
-        v_cache.stride(1),
-        v_cache.stride(2),
-        block_tables.stride(0),
-        QUERY_GROUP_SIZE=group_size,
-        HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size,
+        *attention_strides(out, query, k_cache, v_cache, block_tables),
+        **attention_constants(query, k_cache),
         NUM_SPLITS=num_splits,
         BLOCK_G=block_g,
         BLOCK_D=block_d,
         BLOCK_N=block_n,
-        DOT_IN_FP32=must_dot_in_fp32(query.dtype),
         SPLIT_TOKENS=split_tokens,
         num_warps=config.num_warps,
         num_stages=config.num_stages,

@@ -11,18 +11,8 @@ import triton
 import triton.language as tl
 
 from llmd.errors import require
-from llmd.kernels.checks import (
-    FLOAT_DTYPES,
-    INDEX_DTYPES,
-    check_contiguous,
-    check_devices,
-    check_dtype,
-    check_last_dim_contiguous,
-    check_same_dtype,
-    check_shape,
-    check_tensor,
-    next_power_of_2,
-)
+from llmd.kernels import checks
+from llmd.kernels.paged_launch import cache_strides
 
 
 @triton.jit
@@ -80,42 +70,28 @@ def kv_store(
     Slots must be < num_blocks * block_size and distinct (except -1); that is not checked,
     since it would need a host sync.
     """
-    for name, tensor in (
-        ("key", key),
-        ("value", value),
-        ("k_cache", k_cache),
-        ("v_cache", v_cache),
-        ("slot_mapping", slot_mapping),
-    ):
-        check_tensor(tensor, name)
-    check_dtype(key, "key", FLOAT_DTYPES)
-    check_shape(key, "key", (None, None, None))
+    rows = {"key": key, "value": value, "k_cache": k_cache, "v_cache": v_cache}
+    tensors = rows | {"slot_mapping": slot_mapping}
+    checks.check_tensors(tensors)
+    checks.check_dtype(key, "key", checks.FLOAT_DTYPES)
+    checks.check_shape(key, "key", (None, None, None))
     num_tokens, num_kv_heads, head_dim = key.shape
-    check_shape(value, "value", tuple(key.shape))
-    check_same_dtype(value, "value", key.dtype)
-    check_shape(k_cache, "k_cache", (None, None, num_kv_heads, head_dim))
-    check_shape(v_cache, "v_cache", tuple(k_cache.shape))
-    check_same_dtype(k_cache, "k_cache", key.dtype)
-    check_same_dtype(v_cache, "v_cache", key.dtype)
-    check_dtype(slot_mapping, "slot_mapping", INDEX_DTYPES)
-    check_shape(slot_mapping, "slot_mapping", (num_tokens,))
-    check_contiguous(slot_mapping, "slot_mapping")
-    for name, tensor in (
-        ("key", key),
-        ("value", value),
-        ("k_cache", k_cache),
-        ("v_cache", v_cache),
-    ):
-        check_last_dim_contiguous(tensor, name)
-    check_devices(
-        {"key": key, "value": value, "k_cache": k_cache, "v_cache": v_cache}
-        | {"slot_mapping": slot_mapping}
-    )
+    checks.check_shape(value, "value", tuple(key.shape))
+    checks.check_same_dtype(value, "value", key.dtype)
+    checks.check_shape(k_cache, "k_cache", (None, None, num_kv_heads, head_dim))
+    checks.check_shape(v_cache, "v_cache", tuple(k_cache.shape))
+    checks.check_same_dtype(k_cache, "k_cache", key.dtype)
+    checks.check_same_dtype(v_cache, "v_cache", key.dtype)
+    checks.check_dtype(slot_mapping, "slot_mapping", checks.INDEX_DTYPES)
+    checks.check_shape(slot_mapping, "slot_mapping", (num_tokens,))
+    checks.check_contiguous(slot_mapping, "slot_mapping")
+    checks.check_last_dims_contiguous(rows)
+    checks.check_devices(tensors)
     require(k_cache.shape[1] > 0, "k_cache", "block_size must be positive")
     if num_tokens == 0:
         return
-    block_h = next_power_of_2(num_kv_heads)
-    block_d = next_power_of_2(head_dim)
+    block_h = checks.next_power_of_2(num_kv_heads)
+    block_d = checks.next_power_of_2(head_dim)
     _kv_store_kernel[(num_tokens,)](
         key,
         value,
@@ -126,12 +102,7 @@ def kv_store(
         key.stride(1),
         value.stride(0),
         value.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        v_cache.stride(0),
-        v_cache.stride(1),
-        v_cache.stride(2),
+        *cache_strides(k_cache, v_cache),
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,
         BLOCK_SIZE=k_cache.shape[1],

@@ -18,12 +18,10 @@ from llmd.kernels.checks import (
     check_dtype,
     check_paged_attention_inputs,
     check_shape,
-    must_dot_in_fp32,
     next_power_of_2,
 )
 from llmd.kernels.launch_configs import arch_of, prefill_config
-
-LOG2_E = 1.4426950408889634
+from llmd.kernels.paged_launch import LOG2_E, attention_constants, attention_strides
 
 
 @triton.jit
@@ -218,7 +216,7 @@ def prefill_attention(
     """
     _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, out)
     _, num_heads, head_dim = query.shape
-    _, block_size, num_kv_heads, _ = k_cache.shape
+    num_kv_heads = k_cache.shape[2]
     num_seqs = block_tables.shape[0]
     require(
         isinstance(max_query_len, int) and max_query_len >= 0,
@@ -253,25 +251,12 @@ def prefill_attention(
         seq_lens,
         query_start_loc,
         float(scale) * LOG2_E,
-        out.stride(0),
-        out.stride(1),
-        query.stride(0),
-        query.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        v_cache.stride(0),
-        v_cache.stride(1),
-        v_cache.stride(2),
-        block_tables.stride(0),
-        QUERY_GROUP_SIZE=group_size,
-        HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size,
+        *attention_strides(out, query, k_cache, v_cache, block_tables),
+        **attention_constants(query, k_cache),
         BLOCK_G=block_g,
         BLOCK_Q=block_q,
         BLOCK_D=max(16, next_power_of_2(head_dim)),
         BLOCK_N=block_n,
-        DOT_IN_FP32=must_dot_in_fp32(query.dtype),
         num_warps=num_warps,
         num_stages=num_stages,
     )

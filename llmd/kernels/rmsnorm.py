@@ -11,16 +11,7 @@ import triton
 import triton.language as tl
 
 from llmd.errors import InvalidParameterError, require
-from llmd.kernels.checks import (
-    FLOAT_DTYPES,
-    check_devices,
-    check_dtype,
-    check_last_dim_contiguous,
-    check_same_dtype,
-    check_shape,
-    check_tensor,
-    next_power_of_2,
-)
+from llmd.kernels import checks
 
 MAX_HIDDEN_SIZE = 65536
 
@@ -69,9 +60,9 @@ def _row_layout(x: torch.Tensor) -> tuple[int, int, int]:
 
 def _check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     """Raise a typed error for any input that breaks the kernel's contract."""
-    check_tensor(x, "x")
-    check_tensor(weight, "weight")
-    check_dtype(x, "x", FLOAT_DTYPES)
+    checks.check_tensor(x, "x")
+    checks.check_tensor(weight, "weight")
+    checks.check_dtype(x, "x", checks.FLOAT_DTYPES)
     require(
         x.dim() in (2, 3),
         "x",
@@ -79,10 +70,10 @@ def _check_inputs(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     )
     hidden = x.shape[-1]
     require(0 < hidden <= MAX_HIDDEN_SIZE, "x", f"last dim must be in [1, {MAX_HIDDEN_SIZE}]")
-    check_last_dim_contiguous(x, "x")
-    check_shape(weight, "weight", (hidden,))
-    check_same_dtype(weight, "weight", x.dtype)
-    check_last_dim_contiguous(weight, "weight")
+    checks.check_last_dim_contiguous(x, "x")
+    checks.check_shape(weight, "weight", (hidden,))
+    checks.check_same_dtype(weight, "weight", x.dtype)
+    checks.check_last_dim_contiguous(weight, "weight")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
         raise InvalidParameterError(f"must be a positive float, got {eps!r}", "eps")
 
@@ -93,7 +84,7 @@ def _launch(x, residual, weight, eps, out, residual_out) -> None:
     num_rows = x.numel() // hidden
     if num_rows == 0:
         return
-    block = next_power_of_2(hidden)
+    block = checks.next_power_of_2(hidden)
     num_inner_rows, stride_outer, stride_inner = _row_layout(x)
     _rms_norm_kernel[(num_rows,)](
         out,
@@ -123,7 +114,7 @@ def rms_norm(
     contiguous.
     """
     _check_inputs(x, weight, eps)
-    check_devices({"x": x, "weight": weight})
+    checks.check_devices({"x": x, "weight": weight})
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _launch(x, None, weight, eps, out, None)
     return out
@@ -137,16 +128,16 @@ def fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (normed, new_residual), both [num_tokens, hidden]
     """HF order: `new_residual = x + residual` (in x's dtype), then `rms_norm(new_residual)`."""
     _check_inputs(x, weight, eps)
-    check_tensor(residual, "residual")
+    checks.check_tensor(residual, "residual")
     require(x.dim() == 2, "x", f"must be [num_tokens, hidden], got {tuple(x.shape)}")
-    check_shape(residual, "residual", tuple(x.shape))
-    check_same_dtype(residual, "residual", x.dtype)
+    checks.check_shape(residual, "residual", tuple(x.shape))
+    checks.check_same_dtype(residual, "residual", x.dtype)
     require(
         residual.is_contiguous(),
         "residual",
         f"must be contiguous, got strides {residual.stride()}",
     )
-    check_devices({"x": x, "residual": residual, "weight": weight})
+    checks.check_devices({"x": x, "residual": residual, "weight": weight})
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     new_residual = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     _launch(x, residual, weight, eps, out, new_residual)

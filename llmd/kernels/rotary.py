@@ -11,18 +11,7 @@ import triton
 import triton.language as tl
 
 from llmd.errors import require
-from llmd.kernels.checks import (
-    FLOAT_DTYPES,
-    INDEX_DTYPES,
-    check_contiguous,
-    check_devices,
-    check_dtype,
-    check_last_dim_contiguous,
-    check_same_dtype,
-    check_shape,
-    check_tensor,
-    next_power_of_2,
-)
+from llmd.kernels import checks
 
 
 @triton.jit
@@ -103,50 +92,36 @@ def rotary_embedding(
     half is read. q and k may be strided views (e.g. of a fused qkv output) with a contiguous
     last dim. Positions are not range-checked, since that would need a host sync.
     """
-    for name, tensor in (
-        ("positions", positions),
-        ("query", query),
-        ("key", key),
-        ("cos_cache", cos_cache),
-        ("sin_cache", sin_cache),
-    ):
-        check_tensor(tensor, name)
-    check_dtype(query, "query", FLOAT_DTYPES)
-    check_shape(query, "query", (None, None, None))
+    rows = {"query": query, "key": key, "cos_cache": cos_cache, "sin_cache": sin_cache}
+    tensors = {"positions": positions} | rows
+    checks.check_tensors(tensors)
+    checks.check_dtype(query, "query", checks.FLOAT_DTYPES)
+    checks.check_shape(query, "query", (None, None, None))
     num_tokens, num_heads, head_dim = query.shape
     require(head_dim % 2 == 0, "query", f"head_dim must be even, got {head_dim}")
-    check_shape(key, "key", (num_tokens, None, head_dim))
-    check_same_dtype(key, "key", query.dtype)
-    check_dtype(positions, "positions", INDEX_DTYPES)
-    check_shape(positions, "positions", (num_tokens,))
-    check_contiguous(positions, "positions")
-    check_dtype(cos_cache, "cos_cache", FLOAT_DTYPES)
-    check_shape(cos_cache, "cos_cache", (None, None))
+    checks.check_shape(key, "key", (num_tokens, None, head_dim))
+    checks.check_same_dtype(key, "key", query.dtype)
+    checks.check_dtype(positions, "positions", checks.INDEX_DTYPES)
+    checks.check_shape(positions, "positions", (num_tokens,))
+    checks.check_contiguous(positions, "positions")
+    checks.check_dtype(cos_cache, "cos_cache", checks.FLOAT_DTYPES)
+    checks.check_shape(cos_cache, "cos_cache", (None, None))
     require(
         cos_cache.shape[1] in (head_dim // 2, head_dim),
         "cos_cache",
         f"last dim must be head_dim / 2 ({head_dim // 2}) or head_dim ({head_dim}),"
         f" got {cos_cache.shape[1]}",
     )
-    check_shape(sin_cache, "sin_cache", tuple(cos_cache.shape))
-    check_same_dtype(sin_cache, "sin_cache", cos_cache.dtype)
-    for name, tensor in (
-        ("query", query),
-        ("key", key),
-        ("cos_cache", cos_cache),
-        ("sin_cache", sin_cache),
-    ):
-        check_last_dim_contiguous(tensor, name)
-    check_devices(
-        {"positions": positions, "query": query, "key": key}
-        | {"cos_cache": cos_cache, "sin_cache": sin_cache}
-    )
+    checks.check_shape(sin_cache, "sin_cache", tuple(cos_cache.shape))
+    checks.check_same_dtype(sin_cache, "sin_cache", cos_cache.dtype)
+    checks.check_last_dims_contiguous(rows)
+    checks.check_devices(tensors)
     if num_tokens == 0:
         return
     num_kv_heads = key.shape[1]
     half_dim = head_dim // 2
-    block_h = next_power_of_2(num_heads)
-    block_half = next_power_of_2(half_dim)
+    block_h = checks.next_power_of_2(num_heads)
+    block_half = checks.next_power_of_2(half_dim)
     _rotary_kernel[(num_tokens,)](
         query,
         key,
@@ -163,7 +138,7 @@ def rotary_embedding(
         NUM_KV_HEADS=num_kv_heads,
         HALF_DIM=half_dim,
         BLOCK_H=block_h,
-        BLOCK_KV_H=next_power_of_2(num_kv_heads),
+        BLOCK_KV_H=checks.next_power_of_2(num_kv_heads),
         BLOCK_HALF=block_half,
         num_warps=max(1, min(8, block_h * block_half // 256)),
     )

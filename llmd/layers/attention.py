@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from llmd.attention.backend import AttentionBackend
+from llmd.attention.inputs import AttentionInputs
 from llmd.attention.metadata import AttentionMetadata
 from llmd.layers.kernel_config import KernelConfig
 from llmd.layers.norm import RMSNorm
@@ -99,7 +100,8 @@ class PagedSelfAttention(nn.Module):
             query, key = query_key.split((self.num_heads, self.num_kv_heads), dim=1)
         value = qkv[:, num_qk_heads:]  # [num_tokens, num_kv_heads, head_dim], rows strided
         k_cache, v_cache = kv_cache
-        out = self.backend.forward(query, key, value, k_cache, v_cache, metadata, self.scale)
+        inputs = AttentionInputs(query, key, value, k_cache, v_cache, metadata, self.scale)
+        out = self.backend.forward(inputs)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 
     def _rotate_with_cpu_op(

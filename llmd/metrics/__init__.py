@@ -6,7 +6,14 @@ terminal apps can reuse the helpers (percentiles, block-map decoding) to read sn
 
 from __future__ import annotations
 
-from llmd.metrics.block_map import CACHED, FREE, SHARED, decode_block_map, encode_block_map
+from llmd.metrics.block_map import (
+    CACHED,
+    FREE,
+    SHARED,
+    decode_block_map,
+    encode_block_map,
+    merge_codes,
+)
 from llmd.metrics.goodput import GoodputTracker
 from llmd.metrics.histogram import SlidingHistogram, percentile
 from llmd.metrics.rate import RateMeter
@@ -22,5 +29,6 @@ __all__ = [
     "SlidingHistogram",
     "decode_block_map",
     "encode_block_map",
+    "merge_codes",
     "percentile",
 ]

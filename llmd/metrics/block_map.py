@@ -18,8 +18,12 @@ SHARED = -3
 DEFAULT_MAX_CELLS = 1024
 
 
-def _cell_code(codes: Sequence[int]) -> int:
-    """One cell's code: an owner or shared beats cached, which beats free."""
+def merge_codes(codes: Sequence[int]) -> int:
+    """One code for several blocks or cells: an owner or shared beats cached, then free.
+
+    The daemon downsamples with it and the TUI merges cells further with it, so a busy
+    pool never looks emptier than it is at any zoom.
+    """
     best = FREE
     for code in codes:
         if code >= 0 or code == SHARED:
@@ -42,7 +46,7 @@ def encode_block_map(owner_codes: Sequence[int], max_cells: int = DEFAULT_MAX_CE
     runs: list[int] = []
     num_cells = 0
     for start in range(0, num_blocks, blocks_per_cell):
-        code = _cell_code(owner_codes[start : start + blocks_per_cell])
+        code = merge_codes(owner_codes[start : start + blocks_per_cell])
         num_cells += 1
         if runs and runs[-2] == code:
             runs[-1] += 1

@@ -118,13 +118,7 @@ class ServingMetrics:
                 self.wait_seconds[reason] = self.wait_seconds.get(reason, 0.0) + seconds
             if finish_reason not in COMPLETED_REASONS:
                 return
-            values = {
-                "ttft": metrics.ttft,
-                "tpot": metrics.tpot,
-                "e2e": metrics.e2e,
-                "queue": metrics.queue_time,
-            }
-            for name, value in values.items():
+            for name, value in _latencies(metrics).items():
                 if value is not None:
                     self._latency[name].add(value, now)
             for gap in metrics.itl:
@@ -135,10 +129,7 @@ class ServingMetrics:
     def _record_lifetime(self, metrics: Any) -> None:
         """Add a completed request to the since-start histograms (caller holds the lock)."""
         values = {
-            "ttft": metrics.ttft,
-            "tpot": metrics.tpot,
-            "e2e": metrics.e2e,
-            "queue": metrics.queue_time,
+            **_latencies(metrics),
             "prefill": metrics.prefill_time,
             "decode": metrics.decode_time,
             "prompt_tokens": metrics.num_prompt_tokens,
@@ -210,3 +201,13 @@ class ServingMetrics:
 
 def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
+
+
+def _latencies(metrics: Any) -> dict[str, float | None]:
+    """A completed request's latencies that both the window and the since-start keep."""
+    return {
+        "ttft": metrics.ttft,
+        "tpot": metrics.tpot,
+        "e2e": metrics.e2e,
+        "queue": metrics.queue_time,
+    }

@@ -7,6 +7,7 @@ lands once; subclasses only say which flags (qkv bias, q/k norm) their checkpoin
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -48,16 +49,24 @@ class GatedMLP(nn.Module):
         return self.down_proj(self.act(self.gate_up_proj(hidden)))
 
 
+@dataclass(frozen=True)
+class LayerVariant:
+    """What the supported architectures change in a decoder layer, passed down as one value
+    so that the model, each layer and its attention agree on it."""
+
+    qkv_bias: bool = False
+    """q/k/v projections have a bias (Qwen2, Llama with attention_bias)."""
+    o_bias: bool = False
+    """The output projection has a bias (Llama with attention_bias)."""
+    use_qk_norm: bool = False
+    """Queries and keys get a per-head RMSNorm before rope (Qwen3)."""
+
+
 class DecoderLayer(nn.Module):
     """Pre-norm attention then pre-norm MLP, each with a residual connection."""
 
     def __init__(
-        self,
-        hf_config: Any,
-        attention_backend: AttentionBackend | None,
-        qkv_bias: bool,
-        o_bias: bool,
-        use_qk_norm: bool,
+        self, hf_config: Any, attention_backend: AttentionBackend | None, variant: LayerVariant
     ) -> None:
         super().__init__()
         eps = hf_config.rms_norm_eps
@@ -67,9 +76,9 @@ class DecoderLayer(nn.Module):
             num_kv_heads=num_kv_heads_of(hf_config),
             head_dim=head_dim_of(hf_config),
             attention_backend=attention_backend,
-            qkv_bias=qkv_bias,
-            o_bias=o_bias,
-            qk_norm_eps=eps if use_qk_norm else None,
+            qkv_bias=variant.qkv_bias,
+            o_bias=variant.o_bias,
+            qk_norm_eps=eps if variant.use_qk_norm else None,
         )
         self.mlp = GatedMLP(
             hf_config.hidden_size,
@@ -104,17 +113,12 @@ class DecoderModel(nn.Module):
     """Embedding, the decoder stack and the final norm (HF's `model.` prefix)."""
 
     def __init__(
-        self,
-        hf_config: Any,
-        attention_backend: AttentionBackend | None,
-        qkv_bias: bool,
-        o_bias: bool,
-        use_qk_norm: bool,
+        self, hf_config: Any, attention_backend: AttentionBackend | None, variant: LayerVariant
     ) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(hf_config.vocab_size, hf_config.hidden_size)
         self.layers = nn.ModuleList(
-            DecoderLayer(hf_config, attention_backend, qkv_bias, o_bias, use_qk_norm)
+            DecoderLayer(hf_config, attention_backend, variant)
             for _ in range(hf_config.num_hidden_layers)
         )
         self.norm = RMSNorm(hf_config.hidden_size, hf_config.rms_norm_eps)
@@ -151,7 +155,8 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = hf_config
         qkv_bias, o_bias = self.projection_biases(hf_config)
-        self.model = DecoderModel(hf_config, attention_backend, qkv_bias, o_bias, self.use_qk_norm)
+        variant = LayerVariant(qkv_bias, o_bias, self.use_qk_norm)
+        self.model = DecoderModel(hf_config, attention_backend, variant)
         self.lm_head = nn.Linear(hf_config.hidden_size, hf_config.vocab_size, bias=False)
         self.is_tied = bool(getattr(hf_config, "tie_word_embeddings", False))
         if self.is_tied:

@@ -6,6 +6,8 @@ torch; docs/protocol.md describes every message field by field.
 
 from __future__ import annotations
 
+from typing import cast
+
 import msgpack
 
 from llmd.protocol.address import Address, default_address, parse_address, runtime_dir
@@ -122,14 +124,16 @@ def decode_client_message(
     payload: bytes, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 ) -> ClientMessage:
     """Decode and validate a message sent to the daemon."""
-    return parse_message(unpack(payload, max_bytes), CLIENT_MESSAGE_TYPES)
+    # The table is derived from the ClientMessage union, so every class it holds is one.
+    return cast(ClientMessage, parse_message(unpack(payload, max_bytes), CLIENT_MESSAGE_TYPES))
 
 
 def decode_daemon_message(
     payload: bytes, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 ) -> DaemonMessage:
     """Decode and validate a message sent by the daemon."""
-    return parse_message(unpack(payload, max_bytes), DAEMON_MESSAGE_TYPES)
+    # The table is derived from the DaemonMessage union, so every class it holds is one.
+    return cast(DaemonMessage, parse_message(unpack(payload, max_bytes), DAEMON_MESSAGE_TYPES))
 
 
 def message_id(data: dict[str, object]) -> str | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from llmd.errors import InvalidParameterError, require
 from llmd.protocol.request_label import check_label
-from llmd.protocol.schema import WireMessage
+from llmd.protocol.schema import WireMessage, message_types
 from llmd.sampling_params import SamplingParams
 
 MAX_ID_CHARS = 128
@@ -29,12 +29,30 @@ def check_message_id(value: str, name: str = "id") -> None:
     require(0 < len(value) <= MAX_ID_CHARS, name, f"must have 1 to {MAX_ID_CHARS} characters")
 
 
+def check_max_requests(value: int) -> None:
+    """A snapshot's request table has 0 to MAX_TABLE_ROWS rows."""
+    require(0 <= value <= MAX_TABLE_ROWS, "max_requests", f"must be in [0, {MAX_TABLE_ROWS}]")
+
+
 @dataclass(frozen=True)
-class GenerateRequest(WireMessage):
+class ClientRequest(WireMessage):
+    """What every message to the daemon carries: the client's id, echoed in each reply.
+
+    A base rather than a field written into each message, so that the id's type and its
+    check are stated once; subclasses add their fields after it and extend `validate`.
+    """
+
+    id: str
+
+    def validate(self) -> None:
+        check_message_id(self.id)
+
+
+@dataclass(frozen=True)
+class GenerateRequest(ClientRequest):
     """Generate text for exactly one of `prompt`, `prompt_token_ids` or `messages`."""
 
     TYPE = "generate"
-    id: str
     prompt: str | None = None
     prompt_token_ids: list[int] | None = None
     messages: list[dict[str, str]] | None = None
@@ -48,7 +66,7 @@ class GenerateRequest(WireMessage):
     about it and in `llmd top`."""
 
     def validate(self) -> None:
-        check_message_id(self.id)
+        super().validate()
         if self.label is not None:
             check_label(self.label)
         num_inputs = sum(
@@ -75,22 +93,17 @@ class GenerateRequest(WireMessage):
 
 
 @dataclass(frozen=True)
-class AbortRequest(WireMessage):
+class AbortRequest(ClientRequest):
     """Stop the generation this client started with request `id`; its KV is freed at once."""
 
     TYPE = "abort"
-    id: str
-
-    def validate(self) -> None:
-        check_message_id(self.id)
 
 
 @dataclass(frozen=True)
-class StatsRequest(WireMessage):
+class StatsRequest(ClientRequest):
     """Ask for one metrics snapshot."""
 
     TYPE = "stats"
-    id: str
     include_requests: bool = True
     """Include the per-request table (live and recently finished requests)."""
     include_block_map: bool = True
@@ -101,20 +114,15 @@ class StatsRequest(WireMessage):
     """Most rows in the request table."""
 
     def validate(self) -> None:
-        check_message_id(self.id)
-        require(
-            0 <= self.max_requests <= MAX_TABLE_ROWS,
-            "max_requests",
-            f"must be in [0, {MAX_TABLE_ROWS}]",
-        )
+        super().validate()
+        check_max_requests(self.max_requests)
 
 
 @dataclass(frozen=True)
-class SubscribeRequest(WireMessage):
+class SubscribeRequest(ClientRequest):
     """Receive a stats snapshot every `interval_ms` until unsubscribe or disconnect."""
 
     TYPE = "subscribe"
-    id: str
     interval_ms: int = 1000
     include_requests: bool = True
     include_block_map: bool = True
@@ -122,17 +130,13 @@ class SubscribeRequest(WireMessage):
     max_requests: int = 64
 
     def validate(self) -> None:
-        check_message_id(self.id)
+        super().validate()
         require(
             MIN_SUBSCRIBE_INTERVAL_MS <= self.interval_ms <= MAX_SUBSCRIBE_INTERVAL_MS,
             "interval_ms",
             f"must be in [{MIN_SUBSCRIBE_INTERVAL_MS}, {MAX_SUBSCRIBE_INTERVAL_MS}]",
         )
-        require(
-            0 <= self.max_requests <= MAX_TABLE_ROWS,
-            "max_requests",
-            f"must be in [0, {MAX_TABLE_ROWS}]",
-        )
+        check_max_requests(self.max_requests)
 
     def stats_request(self) -> StatsRequest:
         """The one-shot request each tick of this subscription answers."""
@@ -146,28 +150,23 @@ class SubscribeRequest(WireMessage):
 
 
 @dataclass(frozen=True)
-class UnsubscribeRequest(WireMessage):
+class UnsubscribeRequest(ClientRequest):
     """End the subscription started with `id`."""
 
     TYPE = "unsubscribe"
-    id: str
-
-    def validate(self) -> None:
-        check_message_id(self.id)
 
 
 @dataclass(frozen=True)
-class HealthRequest(WireMessage):
+class HealthRequest(ClientRequest):
     """Is the daemon alive and its engine healthy?"""
 
     TYPE = "health"
-    id: str
     request_ids: list[str] | None = None
     """Ids of this connection's requests the client still waits on; the reply names the
     ones the daemon has no record of (lost in a crash or with a dropped connection)."""
 
     def validate(self) -> None:
-        check_message_id(self.id)
+        super().validate()
         if self.request_ids is not None:
             require(
                 len(self.request_ids) <= MAX_PROBED_IDS,
@@ -177,17 +176,16 @@ class HealthRequest(WireMessage):
 
 
 @dataclass(frozen=True)
-class ShutdownRequest(WireMessage):
+class ShutdownRequest(ClientRequest):
     """Stop the daemon: drain in-flight requests (up to `timeout_s`), or abort them (`now`)."""
 
     TYPE = "shutdown"
-    id: str
     now: bool = False
     timeout_s: float | None = None
     """Drain time limit; afterwards remaining requests are aborted. None: the daemon's."""
 
     def validate(self) -> None:
-        check_message_id(self.id)
+        super().validate()
         if self.timeout_s is not None:
             require(self.timeout_s >= 0, "timeout_s", "must be >= 0")
 
@@ -202,15 +200,4 @@ ClientMessage = (
     | ShutdownRequest
 )
 
-CLIENT_MESSAGE_TYPES: dict[str, type[ClientMessage]] = {
-    cls.TYPE: cls
-    for cls in (
-        GenerateRequest,
-        AbortRequest,
-        StatsRequest,
-        SubscribeRequest,
-        UnsubscribeRequest,
-        HealthRequest,
-        ShutdownRequest,
-    )
-}
+CLIENT_MESSAGE_TYPES: dict[str, type[WireMessage]] = message_types(ClientMessage)

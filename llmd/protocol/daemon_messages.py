@@ -12,18 +12,28 @@ from typing import Any
 from llmd.errors import LLMDError, RequestRejectedError
 from llmd.protocol.errors import error_from_code
 from llmd.protocol.logprob_entry import LogprobEntry
-from llmd.protocol.schema import WireMessage
+from llmd.protocol.schema import WireMessage, message_types
 
 FINISH_REASONS = ("stop", "length", "abort", "error")
 HEALTH_STATES = ("warming", "ok", "draining", "dead")
 
 
 @dataclass(frozen=True)
-class Accepted(WireMessage):
+class Reply(WireMessage):
+    """What every answer to a client message carries first: that message's `id`.
+
+    A base rather than a field written into each reply, so the id is declared once, in
+    the same place on every reply as on every client message (ClientRequest).
+    """
+
+    id: str
+
+
+@dataclass(frozen=True)
+class Accepted(Reply):
     """The engine queued the request: `request_id` is its id in the engine and in stats."""
 
     TYPE = "accepted"
-    id: str
     request_id: str
     num_prompt_tokens: int
     instance_id: str | None = None
@@ -32,21 +42,19 @@ class Accepted(WireMessage):
 
 
 @dataclass(frozen=True)
-class PrefillProgress(WireMessage):
+class PrefillProgress(Reply):
     """A long prompt is being computed in chunks: `num_computed_tokens` of the prompt's."""
 
     TYPE = "prefill_progress"
-    id: str
     num_computed_tokens: int
     num_prompt_tokens: int
 
 
 @dataclass(frozen=True)
-class TokenDelta(WireMessage):
+class TokenDelta(Reply):
     """New output of a streaming request: text that became safe to show and the token ids."""
 
     TYPE = "token"
-    id: str
     text: str
     token_ids: list[int]
     logprobs: list[LogprobEntry] | None = None
@@ -54,11 +62,10 @@ class TokenDelta(WireMessage):
 
 
 @dataclass(frozen=True)
-class Finished(WireMessage):
+class Finished(Reply):
     """The request ended; the last message about it."""
 
     TYPE = "finished"
-    id: str
     finish_reason: str
     """stop, length or abort."""
     stop_reason: int | str | None
@@ -125,20 +132,18 @@ CONTEXT_FIELDS = ("num_prompt_tokens", "max_model_len", "max_fitting_tokens")
 
 
 @dataclass(frozen=True)
-class StatsReply(WireMessage):
+class StatsReply(Reply):
     """One metrics snapshot (see docs/protocol.md for its keys)."""
 
     TYPE = "stats"
-    id: str
     snapshot: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class HealthReply(WireMessage):
+class HealthReply(Reply):
     """Liveness: `is_healthy` is false once the engine died or the daemon is draining."""
 
     TYPE = "health"
-    id: str
     status: str
     """ok, draining or dead."""
     is_healthy: bool
@@ -172,11 +177,10 @@ class Keepalive(WireMessage):
 
 
 @dataclass(frozen=True)
-class Ack(WireMessage):
+class Ack(Reply):
     """Confirms an unsubscribe or a shutdown step ("draining", "stopped")."""
 
     TYPE = "ack"
-    id: str
     message: str
 
 
@@ -192,17 +196,4 @@ DaemonMessage = (
     | Keepalive
 )
 
-DAEMON_MESSAGE_TYPES: dict[str, type[DaemonMessage]] = {
-    cls.TYPE: cls
-    for cls in (
-        Accepted,
-        PrefillProgress,
-        TokenDelta,
-        Finished,
-        ErrorReply,
-        StatsReply,
-        HealthReply,
-        Ack,
-        Keepalive,
-    )
-}
+DAEMON_MESSAGE_TYPES: dict[str, type[WireMessage]] = message_types(DaemonMessage)

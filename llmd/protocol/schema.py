@@ -63,6 +63,15 @@ class WireMessage:
         return cls(**kwargs)
 
 
+def message_types(union: object) -> dict[str, type[WireMessage]]:
+    """The classes of a union of messages keyed by TYPE: a decoder's lookup table.
+
+    Derived from the union so that the type alias and the table cannot list different
+    messages.
+    """
+    return {cls.TYPE: cls for cls in typing.get_args(union)}
+
+
 def check_envelope(data: Mapping[str, object], expected_type: str | None = None) -> str:
     """Validate "type" and "v" and return the type; raises ProtocolError."""
     message_type = data.get("type")

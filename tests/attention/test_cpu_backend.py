@@ -12,6 +12,7 @@ import torch
 
 from llmd.attention.cpu_backend import CpuAttentionBackend
 from llmd.attention.factory import create_attention_backend
+from llmd.attention.inputs import AttentionInputs
 from llmd.attention.reference import build_metadata, naive_paged_attention
 
 # (query_lens, seq_lens, num_decode_seqs): decodes first, then prefill chunks. Chunks
@@ -75,7 +76,7 @@ def test_matches_reference(backend, batch, block_size, num_heads, num_kv_heads, 
     k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
     scale = head_dim**-0.5
 
-    out = backend.forward(query, key, value, k_cpu, v_cpu, metadata, scale)
+    out = backend.forward(AttentionInputs(query, key, value, k_cpu, v_cpu, metadata, scale))
 
     # The store wrote exactly this step's slots: the reference's caches after the same store.
     for cache, new in ((k_cache, key), (v_cache, value)):
@@ -102,7 +103,7 @@ def test_float32_activations_over_a_bfloat16_cache(backend, batch):
     k_cache, v_cache = k_cache.to(torch.bfloat16), v_cache.to(torch.bfloat16)
     k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
 
-    out = backend.forward(query, key, value, k_cpu, v_cpu, metadata, 0.125)
+    out = backend.forward(AttentionInputs(query, key, value, k_cpu, v_cpu, metadata, 0.125))
 
     for cache, new in ((k_cache, key), (v_cache, value)):  # the store rounds to bf16
         cache.view(-1, 3, 64).index_copy_(0, metadata.slot_mapping, new.to(torch.bfloat16))
@@ -132,11 +133,15 @@ def test_threads_share_uneven_work(backend):
     """Two threads over long and short sequences give the single-thread result exactly."""
     metadata, query, key, value, k_cache, v_cache = make_case("mixed", 16, 9, 3, 64, torch.float32)
     k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
-    single = backend.forward(query, key, value, k_cpu.clone(), v_cpu.clone(), metadata, 0.125)
+    single = backend.forward(
+        AttentionInputs(query, key, value, k_cpu.clone(), v_cpu.clone(), metadata, 0.125)
+    )
     num_threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        threaded = backend.forward(query, key, value, k_cpu, v_cpu, metadata, 0.125)
+        threaded = backend.forward(
+            AttentionInputs(query, key, value, k_cpu, v_cpu, metadata, 0.125)
+        )
     finally:
         torch.set_num_threads(num_threads)
     torch.testing.assert_close(threaded, single, atol=0, rtol=0)
@@ -148,11 +153,17 @@ def test_views_into_qkv_are_read_in_place_and_other_layouts_are_copied(backend):
     metadata, query, key, value, k_cache, v_cache = make_case("mixed", 16, 9, 3, 64, torch.float32)
     assert query.stride(0) == (9 + 2 * 3) * 64  # make_case's q/k/v are views into qkv
     k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
-    want = backend.forward(query.contiguous(), key.contiguous(), value.contiguous(),
-                           k_cpu.clone(), v_cpu.clone(), metadata, 0.125)  # fmt: skip
-    in_place = backend.forward(query, key, value, k_cpu.clone(), v_cpu.clone(), metadata, 0.125)
+    contiguous = (query.contiguous(), key.contiguous(), value.contiguous())
+    want = backend.forward(
+        AttentionInputs(*contiguous, k_cpu.clone(), v_cpu.clone(), metadata, 0.125)
+    )
+    in_place = backend.forward(
+        AttentionInputs(query, key, value, k_cpu.clone(), v_cpu.clone(), metadata, 0.125)
+    )
     scattered = query.permute(2, 0, 1).contiguous().permute(1, 2, 0)  # head_dim stride != 1
-    copied = backend.forward(scattered, key, value, k_cpu.clone(), v_cpu.clone(), metadata, 0.125)
+    copied = backend.forward(
+        AttentionInputs(scattered, key, value, k_cpu.clone(), v_cpu.clone(), metadata, 0.125)
+    )
     torch.testing.assert_close(in_place, want, atol=0, rtol=0)
     torch.testing.assert_close(copied, want, atol=0, rtol=0)
     with pytest.raises(RuntimeError, match="contiguous heads"):
@@ -166,7 +177,7 @@ def test_slot_outside_cache_is_rejected(backend):
     k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
     metadata.slot_mapping[0] = k_cache.shape[0] * 4  # one past the last slot
     with pytest.raises(RuntimeError, match="outside the cache"):
-        backend.forward(query, key, value, k_cpu, v_cpu, metadata, 0.25)
+        backend.forward(AttentionInputs(query, key, value, k_cpu, v_cpu, metadata, 0.25))
 
 
 def test_auto_picks_cpu_backend_on_cpu():

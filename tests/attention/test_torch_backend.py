@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from llmd.attention.inputs import AttentionInputs
 from llmd.attention.reference import build_metadata, naive_paged_attention
 from llmd.attention.torch_backend import TorchAttentionBackend
 
@@ -66,7 +67,9 @@ def check_backend(batch, num_heads, num_kv_heads, device):
     cached_k = k_cache.view(-1, num_kv_heads, HEAD_DIM)[cached_slots].clone()
     scale = HEAD_DIM**-0.5
 
-    out = TorchAttentionBackend().forward(query, key, value, k_cache, v_cache, metadata, scale)
+    out = TorchAttentionBackend().forward(
+        AttentionInputs(query, key, value, k_cache, v_cache, metadata, scale)
+    )
 
     k_slots = k_cache.view(-1, num_kv_heads, HEAD_DIM)
     v_slots = v_cache.view(-1, num_kv_heads, HEAD_DIM)
@@ -101,15 +104,19 @@ def test_bfloat16_cache_stays_close_to_float32():
         query_lens, seq_lens, num_decode_seqs, 8, 2, torch.device("cpu")
     )
     backend, scale = TorchAttentionBackend(), HEAD_DIM**-0.5
-    expected = backend.forward(query, key, value, k_cache, v_cache, metadata, scale)
+    expected = backend.forward(
+        AttentionInputs(query, key, value, k_cache, v_cache, metadata, scale)
+    )
     out = backend.forward(
-        query.bfloat16(),
-        key.bfloat16(),
-        value.bfloat16(),
-        k_cache.bfloat16(),
-        v_cache.bfloat16(),
-        metadata,
-        scale,
+        AttentionInputs(
+            query.bfloat16(),
+            key.bfloat16(),
+            value.bfloat16(),
+            k_cache.bfloat16(),
+            v_cache.bfloat16(),
+            metadata,
+            scale,
+        )
     )
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), expected, atol=3e-2, rtol=3e-2)

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from llmd.attention.inputs import AttentionInputs
 from llmd.attention.reference import build_metadata, naive_paged_attention
 from llmd.attention.torch_backend import TorchAttentionBackend
 from tests.kernels.triton_env import (
@@ -81,8 +82,12 @@ def test_mixed_batch_matches_torch_backend(
     k_torch, v_torch = k_cache.clone(), v_cache.clone()
     scale = head_dim**-0.5
 
-    out = TritonAttentionBackend().forward(query, key, value, k_cache, v_cache, metadata, scale)
-    expected = TorchAttentionBackend().forward(query, key, value, k_torch, v_torch, metadata, scale)
+    out = TritonAttentionBackend().forward(
+        AttentionInputs(query, key, value, k_cache, v_cache, metadata, scale)
+    )
+    expected = TorchAttentionBackend().forward(
+        AttentionInputs(query, key, value, k_torch, v_torch, metadata, scale)
+    )
     torch.testing.assert_close(k_cache, k_torch, atol=0, rtol=0, equal_nan=True)
     torch.testing.assert_close(v_cache, v_torch, atol=0, rtol=0, equal_nan=True)
     assert torch.isfinite(out.float()).all()
@@ -128,7 +133,7 @@ def test_graph_style_decode_batch_with_padding(device):
     )
     nan_before = torch.isnan(k_cache).sum()
     out = TritonAttentionBackend().forward(
-        query, key, value, k_cache, v_cache, padded, head_dim**-0.5
+        AttentionInputs(query, key, value, k_cache, v_cache, padded, head_dim**-0.5)
     )
     stored = nan_before - torch.isnan(k_cache).sum()
     assert stored == 2 * num_kv_heads * head_dim, "stores exactly the two real tokens"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import string
 from collections.abc import Sequence
 
-from llmd.metrics import CACHED, FREE, SHARED
+from llmd.metrics import CACHED, FREE, SHARED, merge_codes
 
 FREE_GLYPH = "·"
 CACHED_GLYPH = "░"
@@ -23,23 +23,12 @@ def owner_glyph(owner_index: int) -> str:
     return OWNER_GLYPHS[owner_index % len(OWNER_GLYPHS)]
 
 
-def merge_code(codes: Sequence[int]) -> int:
-    """One code for several cells: an owner or shared wins, then cached, then free."""
-    best = FREE
-    for code in codes:
-        if code >= 0 or code == SHARED:
-            return code
-        if code == CACHED:
-            best = CACHED
-    return best
-
-
 def fit_cells(cells: Sequence[int], capacity: int) -> tuple[list[int], int]:
     """Cells merged so at most `capacity` remain, and how many input cells each covers."""
     if capacity <= 0:
         return [], 1
     group = max(1, -(-len(cells) // capacity))
-    merged = [merge_code(cells[start : start + group]) for start in range(0, len(cells), group)]
+    merged = [merge_codes(cells[start : start + group]) for start in range(0, len(cells), group)]
     return merged, group
 
 

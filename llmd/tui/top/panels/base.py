@@ -242,13 +242,6 @@ def wrapped(lines: list[Text], width: int, console: Console) -> list[Text]:
     return [part for line in lines for part in line.wrap(console, max(1, width))]
 
 
-def labeled(label: str, value: str, label_width: int, style: str = "") -> Text:
-    """'label   value' with the label dimmed and padded to `label_width`."""
-    line = Text(label.ljust(label_width), style="dim")
-    line.append(value, style=style)
-    return line
-
-
 def join_lines(lines: list[Text], height: int) -> Text:
     """At most `height` lines joined by newlines."""
     text = Text("\n").join(lines[:height])
