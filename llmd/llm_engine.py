@@ -57,13 +57,17 @@ class LLMEngine:
             tokenizer_source = config.tokenizer or str(self.model_path)
             self.tokenizer = load_tokenizer(tokenizer_source, str(self.model_path))
             self.eos_token_ids = self.tokenizer.eos_token_ids
-        self.runner = ModelRunner(config, self.model_path, self.hf_config, self.max_model_len)
-        self.block_manager = BlockManager(
-            self.runner.num_blocks, config.block_size, config.enable_prefix_caching
-        )
+        # Without chunked prefill a whole prompt is one chunk: the budget must hold the longest.
         max_num_batched_tokens = config.max_num_batched_tokens
         if not config.enable_chunked_prefill:
             max_num_batched_tokens = max(max_num_batched_tokens, self.max_model_len)
+        self.runner = ModelRunner(
+            config, self.model_path, self.hf_config, self.shape, self.max_model_len,
+            max_num_batched_tokens,
+        )  # fmt: skip
+        self.block_manager = BlockManager(
+            self.runner.num_blocks, config.block_size, config.enable_prefix_caching
+        )
         self.scheduler = Scheduler(
             SchedulerConfig(
                 max_num_seqs=config.max_num_seqs,
@@ -213,6 +217,8 @@ class LLMEngine:
             update = self.fail_request(error.request_id, error)
             return self._step_result([] if update is None else [update], None)
         scheduled = time.monotonic()
+        if plan.is_empty and (plan.finished_request_ids or plan.preempted_request_ids):
+            self.runner.free(plan)  # no step will carry these ends to the runner
         if self.async_scheduling:
             return self._run_pipelined(plan, started, scheduled)
         return self._run_sync(plan, started, scheduled)
@@ -285,6 +291,7 @@ class LLMEngine:
     def _fail(self, error: Exception, *plans: SchedulerOutput) -> list[RequestUpdate]:
         """The one failure path: log `error` and end every request of `plans` with it."""
         logger.exception("step failed; failing its %d requests", sum(len(p.chunks) for p in plans))
+        self.scheduler.forget_runner_state()  # the runner dropped its rows: re-send the rest
         return [update for plan in plans for update in self.fail_plan(plan, error)]
 
     def _step_result(self, updates: list[RequestUpdate], stats: StepStats | None) -> StepResult:

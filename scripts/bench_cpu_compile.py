@@ -42,8 +42,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from llmd.attention.factory import create_attention_backend
+from llmd.engine.plan_writer import PlanWriter
 from llmd.engine.request import Request, RequestStatus
-from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
 from llmd.layers import packed_linear
 from llmd.layers.packed_linear import pack_linear_layers
 from llmd.models.loader import load_hf_config, load_model, model_shape
@@ -102,8 +102,7 @@ def make_request(index: int, num_tokens: int, first_block: int) -> Request:
 def prefill_batch(num_tokens: int) -> InputBatch:
     """One prompt of `num_tokens` tokens on blocks 0..n-1."""
     request = make_request(0, num_tokens, 0)
-    chunks = [ScheduledChunk(request, num_tokens, True)]
-    plan = SchedulerOutput(chunks, num_prefill_tokens=num_tokens)
+    plan = PlanWriter().plan([(request, num_tokens, True)])
     return build_input_batch(plan, BLOCK_SIZE, torch.device("cpu"))
 
 
@@ -115,8 +114,8 @@ def decode_batch(num_seqs: int, context: int, first_block: int) -> InputBatch:
         request = make_request(index, context, first_block + index * blocks_per_seq)
         request.num_computed_tokens = context - 1
         request.status = RequestStatus.RUNNING
-        chunks.append(ScheduledChunk(request, 1, True))
-    plan = SchedulerOutput(chunks, num_decode_tokens=num_seqs)
+        chunks.append((request, 1, True))
+    plan = PlanWriter().plan(chunks)  # every request new to the runner: whole block tables
     return build_input_batch(plan, BLOCK_SIZE, torch.device("cpu"))
 
 

@@ -8,7 +8,8 @@ Each sequence holds `--num-blocks` KV blocks and decodes one token per step (a n
 every `block_size` steps). Per step it times the input tensors (`build_step_batch` over the
 persistent block table, against `build_input_batch`, which rebuilds padded block tables from
 Python lists: the baseline, measured in the same run) plus the sampling batch. The figure
-is the median over `--steps` steps; the goal is at most 1 ms at 256 x 2,000 on CPU.
+is the median over `--steps` steps; the goal is at most 1 ms at 256 x 2,000 on CPU. The
+`plan` column is the engine's side: writing the step's plan data (`PlanWriter`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from llmd.engine.plan_writer import PlanWriter
 from llmd.engine.request import Request, RequestStatus
-from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
 from llmd.runner.input_batch import build_input_batch
 from llmd.runner.persistent_batch import PersistentBatch
 from llmd.runner.sampling_batch import build_sampling_batch
@@ -61,29 +62,35 @@ def advance(requests: list[Request]) -> None:
             request.block_ids.append(request.block_ids[-1] + 1)
 
 
-def bench(num_seqs: int, num_blocks: int, num_steps: int, use_persistent: bool) -> float:
-    """Median host milliseconds to prepare one decode step."""
+def bench(
+    num_seqs: int, num_blocks: int, num_steps: int, use_persistent: bool
+) -> tuple[float, float]:
+    """Median host milliseconds to prepare one decode step, and to write its plan."""
     requests = make_requests(num_seqs, num_blocks)
     device = torch.device("cpu")
     persistent = PersistentBatch(num_seqs, num_blocks + num_steps // BLOCK_SIZE + 2, device)
     state = SamplingState(VOCAB_SIZE, device)
+    writer = PlanWriter()
     times = []
+    plan_times = []
     for _ in range(num_steps + 1):
-        plan = SchedulerOutput(
-            chunks=[ScheduledChunk(request, 1, True) for request in requests],
-            num_decode_tokens=num_seqs,
-        )
+        if not use_persistent:
+            writer = PlanWriter()  # the baseline is sent whole block tables every step
+        written = time.perf_counter()
+        plan = writer.plan([(request, 1, True) for request in requests])
         started = time.perf_counter()
         if use_persistent:
             batch = build_step_batch(plan, BLOCK_SIZE, persistent)
-            build_step_sampling_batch(requests, persistent, state)
+            build_step_sampling_batch(plan.chunks, persistent, state)
         else:
             batch = build_input_batch(plan, BLOCK_SIZE, device)
             build_sampling_batch(requests, VOCAB_SIZE, device)
         times.append(time.perf_counter() - started)
+        plan_times.append(started - written)
         del batch
         advance(requests)
-    return statistics.median(times[1:]) * 1000  # the first step writes whole rows
+    # The first step writes whole rows.
+    return statistics.median(times[1:]) * 1000, statistics.median(plan_times[1:]) * 1000
 
 
 def main() -> int:
@@ -96,16 +103,18 @@ def main() -> int:
     torch.set_num_threads(1)
     command = "python scripts/bench_host_overhead.py " + " ".join(sys.argv[1:])
     print(f"# {command.strip()}\n# per-step host ms (median of {args.steps} decode steps)")
-    print(f"{'seqs':>6} {'blocks':>7} {'persistent':>11} {'rebuilt':>9} {'speed-up':>9}")
+    print(f"{'seqs':>6} {'blocks':>7} {'persistent':>11} {'rebuilt':>9} {'speed-up':>9} "
+          f"{'plan':>7}")  # fmt: skip
     rows = []
     for num_seqs in args.num_seqs:
-        persistent_ms = bench(num_seqs, args.num_blocks, args.steps, True)
-        rebuilt_ms = bench(num_seqs, args.num_blocks, args.steps, False)
+        persistent_ms, plan_ms = bench(num_seqs, args.num_blocks, args.steps, True)
+        rebuilt_ms, _ = bench(num_seqs, args.num_blocks, args.steps, False)
         ratio = rebuilt_ms / persistent_ms
         print(f"{num_seqs:>6} {args.num_blocks:>7} {persistent_ms:>11.3f} {rebuilt_ms:>9.3f} "
-              f"{ratio:>8.1f}x")  # fmt: skip
+              f"{ratio:>8.1f}x {plan_ms:>7.3f}")  # fmt: skip
         rows.append({"num_seqs": num_seqs, "num_blocks": args.num_blocks,
-                     "persistent_ms": persistent_ms, "rebuilt_ms": rebuilt_ms})  # fmt: skip
+                     "persistent_ms": persistent_ms, "rebuilt_ms": rebuilt_ms,
+                     "plan_ms": plan_ms})  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"command": command, "results": rows}, indent=2))
     return 0

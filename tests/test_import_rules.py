@@ -5,10 +5,12 @@ import time; (b) the client, protocol and TUI import nothing of the engine side;
 imports no CLI command code; (d) the daemon imports no CLI; (e) no llmd modules import each
 other in a cycle, lazy imports included; (f) no module uses another module's private names;
 (g) the daemon reads no scheduler, block manager or runner (only the engine's `facts()`,
-`snapshot()` and request API). b-d hold at any level (a lazy import counts) and through
-whatever the imported module loads. Every rule also runs on a small synthetic package with
-known violations, so a rule that stops detecting anything fails as well. There is no list
-of project exceptions: a violation is fixed in the code.
+`snapshot()` and request API); (h) the runner reads plans as data: it imports no engine
+`Request`, scheduler or block manager itself and reads no `.request` handle. b-d hold at
+any level (a lazy import counts) and through whatever the imported module loads. Every rule
+also runs on a small synthetic package with known violations, so a rule that stops
+detecting anything fails as well. There is no list of project exceptions: a violation is
+fixed in the code.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ ENGINE_SIDE = ("torch", "llmd.daemon", "llmd.engine", "llmd.runner", "llmd.llm_e
 CLI = ("llmd.cli", "llmd.cli_options")
 ENGINE_INTERNALS = ("scheduler", "block_manager", "runner")
 """The engine's parts that only llm_engine.py (and the engine package) may reach into."""
+ENGINE_STATE = ("llmd.engine.request", "llmd.engine.scheduler", "llmd.engine.block_manager")
+"""Live engine objects; the runner sees only `SchedulerOutput`'s data (rule h)."""
 
 OTHER_LIBRARIES_PRIVATE_API = {
     "torch.ops.": "PyTorch's internal ops (mkldnn's prepacked linear) are named `_op`, and "
@@ -65,6 +69,19 @@ def forbidden_imports(
                     violations.append(f"{tree.describe(imp)} ({imp.level}) loads {name}: {steps}")
                     break
     return violations
+
+
+def direct_imports(
+    tree: SourceTree, scope: tuple[str, ...], forbidden: tuple[str, ...]
+) -> list[str]:
+    """Rule h: imports, at any level, by modules in `scope` of a module in `forbidden` itself
+    (what those imports load is not followed: shared value types may name a `Request`)."""
+    return [
+        f"{tree.describe(imp)} ({imp.level}) imports {imp.target}"
+        for module in tree.modules(scope)
+        for imp in tree.readers[module].imports
+        if within(imp.target, forbidden)
+    ]
 
 
 def import_cycles(tree: SourceTree) -> list[str]:
@@ -134,15 +151,18 @@ def private_accesses(tree: SourceTree) -> list[str]:
     return violations
 
 
-def engine_internal_reads(tree: SourceTree, scope: tuple[str, ...]) -> list[str]:
-    """Rule g: `x.scheduler`, `x.block_manager` or `x.runner` read anywhere in `scope`.
+def engine_internal_reads(
+    tree: SourceTree, scope: tuple[str, ...], names: tuple[str, ...] = ENGINE_INTERNALS
+) -> list[str]:
+    """Rules g and h: `x.scheduler`, `x.block_manager`, `x.runner` (or `names`) read in `scope`.
 
-    By attribute name alone, whatever `x` is: in the daemon no other object has them.
+    By attribute name alone, whatever `x` is: in the daemon no other object has them, and
+    in the runner `.request` is only ever a plan chunk's engine handle.
     """
     violations = []
     for module in tree.modules(scope):
         for node in ast.walk(tree.syntax[module]):
-            if isinstance(node, ast.Attribute) and node.attr in ENGINE_INTERNALS:
+            if isinstance(node, ast.Attribute) and node.attr in names:
                 violations.append(f"{tree.where(module, node.lineno)} reads {ast.unparse(node)}")
     return sorted(violations)
 
@@ -184,6 +204,11 @@ def test_daemon_reads_no_scheduler_block_manager_or_runner(llmd_tree):
     check(engine_internal_reads(llmd_tree, ("llmd.daemon",)))
 
 
+def test_runner_reads_plans_as_data_never_an_engine_request(llmd_tree):
+    check(direct_imports(llmd_tree, ("llmd.runner",), ENGINE_STATE))
+    check(engine_internal_reads(llmd_tree, ("llmd.runner",), ("request",)))
+
+
 SYNTHETIC = {
     "llmd/__init__.py": "",
     "llmd/cli.py": "import click\n",
@@ -204,6 +229,12 @@ SYNTHETIC = {
     "llmd/client/wire.py": "def f():\n    from ..engine import core\n",
     "llmd/engine/__init__.py": "",
     "llmd/engine/core.py": "",
+    "llmd/engine/request.py": "",
+    "llmd/runner/__init__.py": "",
+    "llmd/runner/step.py": (
+        "from llmd.engine import request\n"
+        "def f(chunk):\n    return chunk.request.block_ids, chunk.request_id\n"
+    ),
     "llmd/a.py": "import llmd.b\n",
     "llmd/b.py": "def f():\n    import llmd.a\n",
     "llmd/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import llmd.d\n",
@@ -252,6 +283,13 @@ def test_rules_catch_known_violations(synthetic_tree):
         "llmd/daemon/peek.py:2 reads engine.scheduler",
         "llmd/daemon/peek.py:2 reads loop.engine.runner",
     ]
+    assert direct_imports(tree, ("llmd.runner",), ENGINE_STATE) == [
+        "llmd/runner/step.py:1 `from llmd.engine import request` (module) imports "
+        "llmd.engine.request"
+    ]
+    assert engine_internal_reads(tree, ("llmd.runner",), ("request",)) == [
+        "llmd/runner/step.py:3 reads chunk.request"
+    ]  # chunk.request_id is plan data
     assert private_accesses(tree) == [
         "llmd/p.py:2 imports another module's llmd.q._helper",
         "llmd/p.py:9 uses engine._hidden",

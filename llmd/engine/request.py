@@ -10,12 +10,11 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from llmd.engine.scheduler_output import PENDING_TOKEN_ID
 from llmd.engine.wait_ledger import WaitLedger
 from llmd.sampling_params import SamplingParams
 
-PENDING_TOKEN_ID = -1
-"""Stands in for an output token sampled on the device but not yet read back (async
-scheduling); the runner feeds the device-side value, and the engine replaces it."""
+__all__ = ["PENDING_TOKEN_ID", "FinishReason", "Request", "RequestStatus", "RequestTimes"]
 
 
 class RequestStatus(enum.Enum):

@@ -13,8 +13,9 @@ from collections.abc import Iterable
 
 from llmd.config import SchedulerConfig
 from llmd.engine.block_manager import BlockManager
-from llmd.engine.request import PENDING_TOKEN_ID, FinishReason, Request, RequestStatus
-from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
+from llmd.engine.plan_writer import PlanWriter
+from llmd.engine.request import FinishReason, Request, RequestStatus
+from llmd.engine.scheduler_output import PENDING_TOKEN_ID, ScheduledChunk, SchedulerOutput
 from llmd.engine.servability import check_servable
 from llmd.engine.stop_rules import check_stop, ends_by_length_after_sample
 from llmd.engine.wait_tracker import WaitTracker
@@ -40,6 +41,12 @@ class Scheduler:
         self.num_preemptions = 0
         self.wait_tracker = WaitTracker()
         """Why each waiting request waits, step by step (read by metrics and stats)."""
+        self.plan_writer = PlanWriter()
+        """What the runner was told of each request (plans carry only what is new)."""
+        self._is_decodes_first = True
+        """Whether the plan being built has no decode after a prefill chunk (so far)."""
+        self._largest_prefill: ScheduledChunk | None = None
+        """The plan's largest non-decode chunk so far (the wait tracker names its request)."""
         self._admission_headroom = int(block_manager.num_blocks * ADMISSION_HEADROOM_FRACTION)
 
     def reset_counters(self) -> None:
@@ -84,6 +91,7 @@ class Scheduler:
         elif request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
             self.waiting.remove(request)
         self.block_manager.free(request)
+        self.plan_writer.on_finished(request_id)
         request.finish(reason, now, stop_reason)
         if num_output_tokens is not None:
             request.keep_output_tokens(num_output_tokens)
@@ -100,6 +108,7 @@ class Scheduler:
         now = time.monotonic() if now is None else now
         self.wait_tracker.begin_step(now)
         output = SchedulerOutput()
+        self._is_decodes_first, self._largest_prefill = True, None
         budget = self.config.max_num_batched_tokens
         if self.config.policy == "priority":
             self.running.sort(key=lambda r: (r.priority, r.times.arrival))
@@ -115,19 +124,17 @@ class Scheduler:
                     f"{self.block_manager.num_blocks} KV blocks free)",
                     request_id=head.request_id,
                 )
-        largest = max(
-            (chunk for chunk in output.chunks if not chunk.is_decode),
-            key=lambda chunk: chunk.num_new_tokens,
-            default=None,
-        )
+        largest = self._largest_prefill
         self.wait_tracker.end_step(
             self.waiting.peek() if self.waiting else None,
             head_reason,
             shared_reason,
             None if largest is None else largest.request.request_id,
         )
+        self.plan_writer.take_finished(output)
         # Decodes first, so the runner can split the batch into a decode and a prefill part.
-        output.chunks.sort(key=lambda chunk: not chunk.is_decode)
+        if not self._is_decodes_first:  # (a stable sort of a partitioned plan is a no-op)
+            output.chunks.sort(key=lambda chunk: not chunk.is_decode)
         output.num_waiting = len(self.waiting)
         output.num_running = len(self.running)
         return output
@@ -193,11 +200,17 @@ class Scheduler:
 
     def _add_chunk(self, output: SchedulerOutput, request: Request, num_new: int, now: float):
         is_sampling = request.num_computed_tokens + num_new == request.num_tokens
-        chunk = ScheduledChunk(request, num_new, is_sampling)
-        output.chunks.append(chunk)
+        chunk = self.plan_writer.add_chunk(output, request, num_new, is_sampling)
+        is_decode = chunk.is_decode
+        largest = self._largest_prefill
+        if not is_decode:
+            if largest is None or num_new > largest.num_new_tokens:
+                self._largest_prefill = chunk  # the first of the largest, as max() picks
+        elif largest is not None:
+            self._is_decodes_first = False  # a decode after a prefill: reorder at the end
         # A one-token chunk is a decode only when that token is an output: the last prompt
         # token (1-token prompt, last chunk, prefix hit leaving one) is prefill work.
-        if chunk.is_decode and request.num_output_tokens > 0:
+        if is_decode and request.num_output_tokens > 0:
             output.num_decode_tokens += 1
         else:
             output.num_prefill_tokens += num_new
@@ -215,7 +228,7 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.push_front(request)
         self.wait_tracker.on_preempted(request, now)
-        output.preempted_request_ids.append(request.request_id)
+        self.plan_writer.on_preempted(request.request_id, output)
 
     # ------------------------------------------------------------ after the step
 
@@ -276,6 +289,10 @@ class Scheduler:
                 request.all_token_ids.append(PENDING_TOKEN_ID)
                 pending_ids.add(request.request_id)
         return pending_ids
+
+    def forget_runner_state(self) -> None:
+        """The runner lost its per-request rows (a failed step): re-send running requests."""
+        self.plan_writer.forget_runner_state()
 
     # ------------------------------------------------------------ state
 

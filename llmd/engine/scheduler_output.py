@@ -1,24 +1,62 @@
 """The plan of one engine step, handed from the scheduler to the model runner.
 
-A plain dataclass so the runner needs nothing from the scheduler but this: which
-requests, how many new tokens each, and which of them end this step with a sample.
+Plain data, so the runner needs nothing from the scheduler but this: the requests it has
+not seen yet (`NewRequestData`), per scheduled request its tokens and new blocks by id
+(`ScheduledChunk`), and the ids whose per-request state it must free.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from llmd.engine.request import Request
+from llmd.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from llmd.engine.request import Request
+
+PENDING_TOKEN_ID = -1
+"""Stands in for an output token sampled on the device but not yet read back (async
+scheduling); the runner feeds the device-side value, and the engine replaces it."""
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class NewRequestData:
+    """What the runner keeps of a request it has not seen (admitted, resumed or re-sent).
+
+    Its first chunk in the same plan carries its position, input tokens and every block.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    """Tokens generated so far: none for a new request, the history of a resumed one."""
+    sampling_params: SamplingParams
+    eos_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
 class ScheduledChunk:
-    """Compute `num_new_tokens` tokens of `request` starting at its num_computed_tokens."""
+    """Compute `num_new_tokens` tokens of one request, from `num_computed_tokens` on.
 
-    request: Request
+    `request` is the engine's own handle, for applying the step (None in plans the runner
+    makes itself); the runner reads only the data fields (tests/test_import_rules.py).
+    """
+
+    request: Request | None
     num_new_tokens: int
     is_sampling: bool
     """True when the chunk reaches the request's last token, so this step samples one."""
+    request_id: str = ""
+    num_computed_tokens: int = 0
+    """Position of the chunk's first token (tokens before it have K/V in the cache)."""
+    token_ids: list[int] = field(default_factory=list)
+    """The chunk's input ids, `num_new_tokens` of them; the last may be PENDING_TOKEN_ID."""
+    new_block_ids: list[int] = field(default_factory=list)
+    """Blocks appended to the request's table since the runner was last sent it (all of
+    them for a request in the plan's `new_requests`)."""
+    num_blocks: int = 0
+    """Length of the request's block table once `new_block_ids` are appended."""
 
     @property
     def is_decode(self) -> bool:
@@ -28,12 +66,21 @@ class ScheduledChunk:
 
 @dataclass
 class SchedulerOutput:
-    """Everything the runner must compute in one step; decodes come before prefills."""
+    """Everything the runner must compute in one step; decodes come before prefills.
+
+    The runner first frees the state of `finished_request_ids` and
+    `preempted_request_ids`, then takes in `new_requests`, then runs `chunks`.
+    """
 
     chunks: list[ScheduledChunk] = field(default_factory=list)
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
+    new_requests: list[NewRequestData] = field(default_factory=list)
     preempted_request_ids: list[str] = field(default_factory=list)
+    """Requests preempted by this plan: the runner frees their rows (sampling state stays,
+    for their resumption)."""
+    finished_request_ids: list[str] = field(default_factory=list)
+    """Requests that ended since the previous plan: the runner frees all their state."""
     num_waiting: int = 0
     num_running: int = 0
 

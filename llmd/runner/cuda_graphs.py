@@ -57,7 +57,7 @@ def graph_batch_size_for(
     the largest bucket's sequences, each with a block table that fits the buffers.
     """
     for chunk in plan.chunks:
-        if not chunk.is_decode or len(chunk.request.block_ids) > max_blocks_per_seq:
+        if not chunk.is_decode or chunk.num_blocks > max_blocks_per_seq:
             return None
     if not plan.chunks:
         return None

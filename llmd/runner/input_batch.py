@@ -8,12 +8,13 @@ the graph's batch size with rows that store nothing and attend to nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
 from llmd.attention.metadata import AttentionMetadata
-from llmd.engine.scheduler_output import SchedulerOutput
+from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
 from llmd.errors import require
 
 PADDING_SLOT = -1
@@ -37,11 +38,13 @@ def build_input_batch(
     block_size: int,
     device: torch.device,
     block_table_width: int | None = None,
+    block_tables: Mapping[str, list[int]] | None = None,
 ) -> InputBatch:
     """Flatten the plan's chunks (decodes first) into input tensors and attention metadata.
 
     `block_table_width` fixes the block-table columns (CUDA graphs need a static shape);
-    by default it is the widest table in the step.
+    by default it is the widest table in the step. `block_tables` are the requests' whole
+    tables by id; by default each chunk's `new_block_ids`, whole when its request is new.
     """
     input_ids: list[int] = []
     query_lens: list[int] = []
@@ -52,14 +55,13 @@ def build_input_batch(
     logits_rows: list[int] = []
     num_decode_seqs = 0
     for index, chunk in enumerate(plan.chunks):
-        request = chunk.request
-        start = request.num_computed_tokens
+        start = chunk.num_computed_tokens
         end = start + chunk.num_new_tokens
-        input_ids.extend(request.all_token_ids[start:end])
+        input_ids.extend(chunk.token_ids)
         starts.append(start)
         query_lens.append(chunk.num_new_tokens)
         seq_lens.append(end)
-        tables.append(request.block_ids)
+        tables.append(_table_of(chunk, block_tables))
         if chunk.is_decode:
             num_decode_seqs += 1
         if chunk.is_sampling:
@@ -99,6 +101,11 @@ def build_input_batch(
         logits_indices=torch.tensor(logits_rows, dtype=torch.int64).to(device, non_blocking=True),
         sampling_request_indices=sampling_indices,
     )
+
+
+def _table_of(chunk: ScheduledChunk, block_tables: Mapping[str, list[int]] | None) -> list[int]:
+    """The chunk's whole block table: from `block_tables`, else its new blocks (all of them)."""
+    return chunk.new_block_ids if block_tables is None else block_tables[chunk.request_id]
 
 
 @dataclass
@@ -176,10 +183,15 @@ class DecodeBuffers:
 
 
 def build_decode_batch(
-    plan: SchedulerOutput, block_size: int, buffers: DecodeBuffers, num_padded_seqs: int
+    plan: SchedulerOutput,
+    block_size: int,
+    buffers: DecodeBuffers,
+    num_padded_seqs: int,
+    block_tables: Mapping[str, list[int]] | None = None,
 ) -> InputBatch:
     """Write a decode-only plan into `buffers` as `num_padded_seqs` rows and return views.
 
+    `block_tables` are as in `build_input_batch`.
     Rows past the plan's requests are padding: token 0 at position 0, slot -1 (never
     stored) and context length 0 (attention writes zeros), so they change no state.
     Block-table columns past a row's own blocks keep stale ids that no kernel reads.
@@ -197,10 +209,9 @@ def build_decode_batch(
     tables: list[list[int]] = []
     for chunk in plan.chunks:
         require(chunk.is_decode, "plan", "a decode batch holds one-token sampling chunks only")
-        request = chunk.request
-        position = request.num_computed_tokens
-        block_ids = request.block_ids
-        token_ids.append(request.all_token_ids[position])
+        position = chunk.num_computed_tokens
+        block_ids = _table_of(chunk, block_tables)
+        token_ids.append(chunk.token_ids[0])
         positions.append(position)
         slots.append(block_ids[position // block_size] * block_size + position % block_size)
         seq_lens.append(position + 1)

@@ -20,7 +20,7 @@ from llmd.config import EngineConfig
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.layers.kernel_config import KernelConfig, configure_kernels
 from llmd.layers.packed_linear import pack_linear_layers, warm_up_packed_linears
-from llmd.models.loader import load_model, model_shape
+from llmd.models.loader import ModelShape, load_model
 from llmd.runner.cuda_graphs import (
     DecodeGraphRunner,
     estimate_graph_pool_bytes,
@@ -57,23 +57,31 @@ MIB = 1024**2
 
 
 class ModelRunner:
-    """Owns the model, KV cache, sampler and decode CUDA graphs on one device."""
+    """Owns the model, KV cache, sampler and decode CUDA graphs on one device.
+
+    The engine resolves the model's shape, the longest context and the step's token budget
+    once and passes them in, so runner and scheduler size everything from the same values.
+    """
 
     def __init__(
         self,
         config: EngineConfig,
         model_path: Path,
         hf_config: Any,
-        max_model_len: int | None = None,
+        shape: ModelShape,
+        max_model_len: int,
+        max_num_batched_tokens: int,
     ) -> None:
         self.config = config
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.num_threads = set_num_threads(config.num_threads) if self.device.type == "cpu" else 0
         torch.manual_seed(config.seed)
-        self.shape = model_shape(hf_config)
-        # The engine's resolved longest context: it sizes the graphs' block tables.
-        self.max_model_len = max_model_len or self.shape.max_model_len
+        self.shape = shape
+        self.max_model_len = max_model_len
+        """The engine's resolved longest context: it sizes the block-table rows."""
+        self.max_num_batched_tokens = max_num_batched_tokens
+        """Most tokens one step computes (the scheduler's budget): sizes profiling, graphs."""
         self.backend = create_attention_backend(config.attention_backend, self.device)
         self.kv_dtype = resolve_kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.backend.name)
         # Free device memory before anything of ours is loaded: the KV budget's base.
@@ -124,17 +132,11 @@ class ModelRunner:
 
     # ---------------------------------------------------------------- sizing
 
-    def _max_step_tokens(self) -> int:
-        """Most tokens one step can compute (the engine's scheduler budget)."""
-        if self.config.enable_chunked_prefill:
-            return self.config.max_num_batched_tokens
-        return max(self.config.max_num_batched_tokens, self.max_model_len)
-
     def _decide_graph_batch_sizes(self) -> list[int]:
         """Decode batch sizes to capture; empty (with the reason logged) when graphs are off."""
         reason = graphs_disabled_reason(self.device, self.backend.name, self.config.enforce_eager)
         if reason is None:
-            return graph_batch_sizes(self.config.max_num_seqs, self._max_step_tokens())
+            return graph_batch_sizes(self.config.max_num_seqs, self.max_num_batched_tokens)
         if self.device.type == "cuda":
             log = logger.info if self.config.enforce_eager else logger.warning
             log("CUDA graphs disabled, decode steps run eagerly: %s", reason)
@@ -177,7 +179,7 @@ class ModelRunner:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(self.device)
         weights_bytes = torch.cuda.memory_allocated(self.device)
-        num_tokens = self._max_step_tokens()
+        num_tokens = self.max_num_batched_tokens
         # Prompts no longer than max_model_len (positions), each on its own blocks.
         batch = dummy_prefill_batch(num_tokens, self.block_size, self.device, self.max_model_len)
         num_prompts = -(-num_tokens // self.max_model_len)
@@ -246,6 +248,11 @@ class ModelRunner:
         """Compute the plan's tokens and sample one token per sampling chunk (launch + wait)."""
         return self.launch(plan).resolve()
 
+    def free(self, plan: SchedulerOutput) -> None:
+        """Free the state of a plan's finished and preempted requests, for a plan not run."""
+        self.sampling_state.release(plan.finished_request_ids)
+        self.persistent_batch.free(plan)
+
     @torch.inference_mode()
     def launch(self, plan: SchedulerOutput) -> PendingStep:
         """Queue the plan's forward pass and sampling on the device; returns without waiting.
@@ -253,7 +260,8 @@ class ModelRunner:
         Decode-only plans that fit a captured bucket replay its CUDA graph over padded
         static buffers; every other plan runs eagerly on an unpadded batch. Inputs come
         from the persistent batch; a decode whose input token is still pending (async
-        scheduling) reads it from the previous launch's samples on the device.
+        scheduling) reads it from the previous launch's samples on the device. After a
+        failure the rows are dropped: the engine then sends its running requests anew.
         """
         start = time.perf_counter()
         events = None
@@ -264,6 +272,7 @@ class ModelRunner:
                 self._last_done_event,
             )
         try:
+            self.sampling_state.release(plan.finished_request_ids)
             graph_size = None
             if self.graph_runner is not None:
                 graph_size = self.graph_runner.graph_batch_size_for(plan)
@@ -276,9 +285,9 @@ class ModelRunner:
                     plan, self.block_size, self.persistent_batch, self.graph_runner.buffers,
                     graph_size, self._pending_tokens,
                 )  # fmt: skip
-            sampling_requests = [plan.chunks[i].request for i in batch.sampling_request_indices]
+            sampling_chunks = [plan.chunks[i] for i in batch.sampling_request_indices]
             sampling_batch = build_step_sampling_batch(
-                sampling_requests, self.persistent_batch, self.sampling_state
+                sampling_chunks, self.persistent_batch, self.sampling_state
             )
             prepared = time.perf_counter()
             if events is not None:
@@ -303,7 +312,7 @@ class ModelRunner:
             self.persistent_batch.clear()
             self._pending_tokens = None
             raise
-        request_ids = [request.request_id for request in sampling_requests]
+        request_ids = [chunk.request_id for chunk in sampling_chunks]
         self._pending_tokens = PendingTokens(
             sample.token_ids, {request_id: i for i, request_id in enumerate(request_ids)}
         )
@@ -314,6 +323,7 @@ class ModelRunner:
         if events is not None:
             self._last_done_event = events.done
         return pending
+
 
 def worst_case_sampling_batch(
     num_rows: int, vocab_size: int, device: torch.device

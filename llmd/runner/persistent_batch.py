@@ -9,15 +9,16 @@ tokens, a whole row on admission), so host work per step is O(requests) plus new
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from llmd.engine.request import Request, RequestStatus
-from llmd.engine.scheduler_output import SchedulerOutput
+from llmd.engine.scheduler_output import NewRequestData, SchedulerOutput
 from llmd.errors import LLMDError
 from llmd.runner.host_transfer import rows_to_device, to_device
+from llmd.runner.request_state import RequestState
 from llmd.runner.sampling_batch import is_plain_greedy
 
 
@@ -26,16 +27,17 @@ class _Row:
     """What one row of the table holds: whose blocks, and how many are written."""
 
     index: int
-    request: Request
-    block_ids: list[int]
-    """The request's block-id list when the row was last written; a new list object means
-    its blocks were freed (preemption) and allocated again, so the row is rewritten."""
+    state: RequestState
     num_written: int
 
 
 class PersistentBatch:
-    """Rows of block ids on the device, one per running request, kept between steps."""
+    """Rows of block ids on the device, one per running request, kept between steps.
 
+    It is the runner's registry of running requests: a request gets a row and its
+    `RequestState` when a plan introduces it, and loses both when a plan says it
+    finished or was preempted (sampling state lives on in `SamplingState`).
+    """
     def __init__(self, max_num_rows: int, max_blocks_per_seq: int, device: torch.device) -> None:
         self.device = torch.device(device)
         self.block_tables = torch.zeros(
@@ -66,17 +68,23 @@ class PersistentBatch:
         row = self._rows.get(request_id)
         return None if row is None else row.index
 
+    def state_of(self, request_id: str) -> RequestState:
+        """The kept state of a request that holds a row."""
+        return self._rows[request_id].state
+
     def update(self, plan: SchedulerOutput) -> tuple[list[int], list[int], list[int]]:
         """Bring the rows of the plan's requests up to date.
 
         Returns, per chunk, its row, its first new position (`num_computed_tokens`) and the
-        token there: all a decode needs, gathered in the same pass over the requests.
+        token there: all a decode needs, gathered in the same pass over the chunks.
 
-        Rows of requests that stopped running (finished, aborted, preempted) are zeroed
-        and freed first. All writes of the step go to the device as one transfer and one
-        scatter (from pinned memory on CUDA), queued behind any step still running.
+        Rows of the plan's finished and preempted requests are zeroed and freed first, then
+        its new requests take rows. All writes of the step go to the device as one transfer
+        and one scatter (from pinned memory on CUDA), queued behind any step still running.
         """
-        zeroed = self._release_departed()
+        zeroed = self._release(plan.finished_request_ids, plan.preempted_request_ids)
+        for data in plan.new_requests:
+            self._admit(data, zeroed)
         write_rows: list[int] = []
         write_cols: list[int] = []
         write_ids: list[int] = []
@@ -85,37 +93,31 @@ class PersistentBatch:
         tokens: list[int] = []
         rows_get = self._rows.get
         for chunk in plan.chunks:
-            request = chunk.request
-            position = request.num_computed_tokens
-            positions.append(position)
-            tokens.append(request.all_token_ids[position])
-            row = rows_get(request.request_id)
-            block_ids = request.block_ids
+            positions.append(chunk.num_computed_tokens)
+            tokens.append(chunk.token_ids[0])
+            row = rows_get(chunk.request_id)
             if row is None:
-                row = self._take_row(request)
-            elif row.block_ids is not block_ids or row.request is not request:
-                zeroed.append(row.index)  # re-admitted on new blocks: rewrite the row
-                row.request, row.block_ids, row.num_written = request, block_ids, 0
-            elif len(block_ids) == row.num_written:
-                row_indices.append(row.index)  # the common case: nothing new
-                continue
-            num_blocks = len(block_ids)
-            if num_blocks > self.max_blocks_per_seq:
                 raise LLMDError(
-                    f"request {request.request_id} has {num_blocks} blocks, more than the "
-                    f"{self.max_blocks_per_seq} a block-table row holds",
-                    "max_model_len",
+                    f"the plan runs request {chunk.request_id}, which the runner was never "
+                    "sent (or was told had ended)",
+                    "plan",
                 )
-            if num_blocks > row.num_written:
-                write_rows.extend([row.index] * (num_blocks - row.num_written))
-                write_cols.extend(range(row.num_written, num_blocks))
-                write_ids.extend(block_ids[row.num_written :])
+            new_block_ids = chunk.new_block_ids
+            if new_block_ids:
+                num_written = row.num_written
+                num_blocks = num_written + len(new_block_ids)
+                if num_blocks > self.max_blocks_per_seq:
+                    raise LLMDError(
+                        f"request {chunk.request_id} has {num_blocks} blocks, more than the "
+                        f"{self.max_blocks_per_seq} a block-table row holds",
+                        "max_model_len",
+                    )
+                write_rows.extend([row.index] * len(new_block_ids))
+                write_cols.extend(range(num_written, num_blocks))
+                write_ids.extend(new_block_ids)
                 row.num_written = num_blocks
             row_indices.append(row.index)
-        if zeroed:
-            self.host_block_tables[zeroed] = 0
-            self.num_blocks[zeroed] = 0
-            self.block_tables.index_fill_(0, to_device(zeroed, torch.int64, self.device), 0)
+        self._zero(zeroed)
         if write_ids:
             self.host_block_tables[write_rows, write_cols] = write_ids
             np.maximum.at(self.num_blocks, write_rows, np.asarray(write_cols) + 1)
@@ -123,6 +125,10 @@ class PersistentBatch:
             self.block_tables[writes[0], writes[1]] = writes[2].to(torch.int32)
             self.num_entries_written += len(write_ids)
         return row_indices, positions, tokens
+
+    def free(self, plan: SchedulerOutput) -> None:
+        """Free the rows of a plan's finished and preempted requests (a plan not run)."""
+        self._zero(self._release(plan.finished_request_ids, plan.preempted_request_ids))
 
     def gather(self, row_indices: torch.Tensor, width: int) -> torch.Tensor:
         """The first `width` columns of the given rows: [len(row_indices), width] int32."""
@@ -137,29 +143,42 @@ class PersistentBatch:
         self._rows.clear()
         self.sampled_request_ids.clear()
 
-    def _take_row(self, request: Request) -> _Row:
-        if not self._free_rows:
-            raise LLMDError(
-                f"more than {self.block_tables.shape[0]} requests in one batch", "max_num_seqs"
-            )
-        row = _Row(self._free_rows.pop(), request, request.block_ids, 0)
-        self._rows[request.request_id] = row
-        if not is_plain_greedy(request.sampling_params):
-            self.sampled_request_ids.add(request.request_id)
-        return row
+    def _admit(self, data: NewRequestData, zeroed: list[int]) -> None:
+        """Give a request the plan introduces a row (its old one, rewritten, if it held one)."""
+        row = self._rows.get(data.request_id)
+        if row is None:
+            if not self._free_rows:
+                raise LLMDError(
+                    f"more than {self.block_tables.shape[0]} requests in one batch",
+                    "max_num_seqs",
+                )
+            row = _Row(self._free_rows.pop(), RequestState.of(data), 0)
+            self._rows[data.request_id] = row
+        else:  # re-sent whole (after a failed step): rewrite the row
+            zeroed.append(row.index)
+            row.state, row.num_written = RequestState.of(data), 0
+        if is_plain_greedy(data.sampling_params):
+            self.sampled_request_ids.discard(data.request_id)
+        else:
+            self.sampled_request_ids.add(data.request_id)
 
-    def _release_departed(self) -> list[int]:
-        """Free the rows of requests no longer running, keeping the used rows dense.
+    def _zero(self, rows: list[int]) -> None:
+        """Zero the given rows of the table and its host mirror."""
+        if rows:
+            self.host_block_tables[rows] = 0
+            self.num_blocks[rows] = 0
+            self.block_tables.index_fill_(0, to_device(rows, torch.int64, self.device), 0)
+
+    def _release(self, *id_lists: Iterable[str]) -> list[int]:
+        """Free the rows of the given requests, keeping the used rows dense.
 
         The last used row moves into each hole (one device row copy), so rows in use are
         always 0..n-1 and a step over all of them can read the table without a gather.
         Returns the rows to zero.
         """
-        departed = [
-            request_id
-            for request_id, row in self._rows.items()
-            if row.request.status is not RequestStatus.RUNNING
-        ]
+        rows = self._rows
+        departed = [rid for ids in id_lists for rid in ids if rid in rows]
+        departed = list(dict.fromkeys(departed))
         if not departed:
             return []
         for request_id in departed:

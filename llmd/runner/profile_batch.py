@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from llmd.engine.request import Request
-from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
+from llmd.engine.scheduler_output import NewRequestData, ScheduledChunk, SchedulerOutput
 from llmd.runner.input_batch import InputBatch, build_input_batch
 from llmd.sampling_params import SamplingParams
 
@@ -23,14 +22,18 @@ def dummy_prefill_batch(
     blocks 0..n-1, prompt after prompt.
     """
     max_seq_len = max_seq_len or num_tokens
-    chunks = []
+    plan = SchedulerOutput(num_prefill_tokens=num_tokens)
     next_block = 0
     for first in range(0, num_tokens, max_seq_len):
-        num_prompt_tokens = min(max_seq_len, num_tokens - first)
-        num_blocks = -(-num_prompt_tokens // block_size)
-        request = Request(f"profile-{first}", [0] * num_prompt_tokens, SamplingParams(max_tokens=1))
-        request.block_ids = list(range(next_block, next_block + num_blocks))
+        request_id = f"profile-{first}"
+        prompt = [0] * min(max_seq_len, num_tokens - first)
+        num_blocks = -(-len(prompt) // block_size)
+        block_ids = list(range(next_block, next_block + num_blocks))
         next_block += num_blocks
-        chunks.append(ScheduledChunk(request, num_prompt_tokens, is_sampling=True))
-    plan = SchedulerOutput(chunks=chunks, num_prefill_tokens=num_tokens)
+        plan.new_requests.append(
+            NewRequestData(request_id, prompt, [], SamplingParams(max_tokens=1))
+        )
+        plan.chunks.append(
+            ScheduledChunk(None, len(prompt), True, request_id, 0, prompt, block_ids, num_blocks)
+        )
     return build_input_batch(plan, block_size, device)

@@ -24,7 +24,7 @@ _MASK64 = (1 << 64) - 1
 
 
 class SampleSource(Protocol):
-    """What the builder reads from a row: `Request` and `SampleRow` both provide it."""
+    """What the builder reads from a row: `RequestState` and `SampleRow` provide it."""
 
     sampling_params: SamplingParams
     eos_token_ids: tuple[int, ...]
@@ -156,7 +156,7 @@ def build_sampling_batch(
 ) -> SamplingBatch:
     """Pack the rows' sampling parameters (row i of the logits is rows[i]) into tensors.
 
-    With a `state` (rows are then `Request`s), seeded rows use the requests' kept
+    With a `state` (rows are then `RequestState`s), seeded rows use the requests' kept
     generators and penalties read the kept counts instead of re-counting histories.
     """
     greedy_rows: list[int] = []

@@ -9,43 +9,57 @@ grows with the output length and needs no host copy of the sampled ids.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 import torch
 
-from llmd.engine.request import Request
 from llmd.runner.host_transfer import to_device
 
 MIN_PENALTY_SLOTS = 8
 """Count rows allocated at first use; the table doubles when full."""
 
 
+class KeptRequest(Protocol):
+    """What the state reads of a request: its id and, for a count row, its history."""
+
+    request_id: str
+
+    @property
+    def prompt_token_ids(self) -> list[int]: ...
+
+    @property
+    def output_token_ids(self) -> list[int]: ...
+
+
 class SamplingState:
-    """Generators of seeded requests and output-token counts of penalized ones, by request."""
+    """Generators of seeded requests and output-token counts of penalized ones, by request.
+
+    A request's state outlives its preemption (its counts stay exact) and goes when a plan
+    names it finished (`release`).
+    """
 
     def __init__(self, vocab_size: int, device: torch.device) -> None:
         self.vocab_size = vocab_size
         self.device = torch.device(device)
         self._generators: dict[str, torch.Generator] = {}
         self._slots: dict[str, int] = {}
-        self._requests: dict[str, Request] = {}
         self._free_slots: list[int] = []
         self.output_counts: torch.Tensor | None = None  # [num_slots, vocab] float32
         self.prompt_masks: torch.Tensor | None = None  # [num_slots, vocab] bool
         self.num_generators_made = 0
         self.num_histories_counted = 0
 
-    def generator_for(self, request: Request) -> torch.Generator:
+    def generator_for(self, request: KeptRequest) -> torch.Generator:
         """The request's own generator, made on first use and kept until it finishes."""
         generator = self._generators.get(request.request_id)
         if generator is None:
             generator = torch.Generator(device=self.device)
             self._generators[request.request_id] = generator
-            self._requests[request.request_id] = request
             self.num_generators_made += 1
         return generator
 
-    def penalty_slots(self, requests: Sequence[Request]) -> torch.Tensor:
+    def penalty_slots(self, requests: Sequence[KeptRequest]) -> torch.Tensor:
         """Count rows of the requests ([len(requests)] int64 on the device).
 
         A request seen for the first time gets a row filled from its history (prompt mask
@@ -64,11 +78,9 @@ class SamplingState:
         ones = torch.ones(slots.shape[0], dtype=torch.float32, device=self.device)
         self.output_counts.index_put_((slots, token_ids), ones, accumulate=True)
 
-    def release_finished(self) -> None:
-        """Forget requests that finished (a preempted request keeps its state)."""
-        finished = [rid for rid, request in self._requests.items() if request.is_finished]
-        for request_id in finished:
-            del self._requests[request_id]
+    def release(self, request_ids: Iterable[str]) -> None:
+        """Forget the given finished requests (ids without state are ignored)."""
+        for request_id in request_ids:
             self._generators.pop(request_id, None)
             slot = self._slots.pop(request_id, None)
             if slot is not None:
@@ -77,14 +89,13 @@ class SamplingState:
     @property
     def num_requests(self) -> int:
         """Requests with state kept."""
-        return len(self._requests)
+        return len(self._generators.keys() | self._slots.keys())
 
-    def _new_slot(self, request: Request) -> int:
+    def _new_slot(self, request: KeptRequest) -> int:
         if not self._free_slots:
             self._grow()
         slot = self._free_slots.pop()
         self._slots[request.request_id] = slot
-        self._requests[request.request_id] = request
         history = [t for t in request.output_token_ids if 0 <= t < self.vocab_size]
         prompt = [t for t in request.prompt_token_ids if 0 <= t < self.vocab_size]
         self.output_counts[slot].zero_()

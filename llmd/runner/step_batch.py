@@ -12,8 +12,7 @@ import numpy as np
 import torch
 
 from llmd.attention.metadata import AttentionMetadata
-from llmd.engine.request import PENDING_TOKEN_ID
-from llmd.engine.scheduler_output import SchedulerOutput
+from llmd.engine.scheduler_output import PENDING_TOKEN_ID, ScheduledChunk, SchedulerOutput
 from llmd.errors import require
 from llmd.runner.host_transfer import arrays_to_device, to_device
 from llmd.runner.input_batch import PADDING_SLOT, DecodeBuffers, InputBatch
@@ -57,7 +56,7 @@ def build_step_batch(
     pending_sources: list[int] = []
     for row in np.flatnonzero(tokens_np == PENDING_TOKEN_ID).tolist():
         pending_rows.append(row)
-        request_id = chunks[decode_order[row]].request.request_id
+        request_id = chunks[decode_order[row]].request_id
         pending_sources.append(pending_source(pending, request_id))
     if pending_rows:
         tokens_np[pending_rows] = 0
@@ -73,22 +72,20 @@ def build_step_batch(
     width = int(persistent.num_blocks[decode_rows].max()) if num_decodes else 1
     for index in prefill_order:
         chunk = chunks[index]
-        request = chunk.request
-        block_ids = request.block_ids
-        start = request.num_computed_tokens
+        start = chunk.num_computed_tokens
         end = start + chunk.num_new_tokens
-        token_ids = request.all_token_ids[start:end]
+        row = plan_rows[index]
+        token_ids = chunk.token_ids
         if token_ids[-1] == PENDING_TOKEN_ID:
             pending_rows.append(num_decodes + len(input_ids) + len(token_ids) - 1)
-            pending_sources.append(pending_source(pending, request.request_id))
-            token_ids[-1] = 0
+            pending_sources.append(pending_source(pending, chunk.request_id))
+            token_ids = [*token_ids[:-1], 0]  # the plan's list stays as sent
         input_ids.extend(token_ids)
         positions.extend(range(start, end))
-        slots.extend([block_ids[p // block_size] * block_size + p % block_size
-                      for p in range(start, end)])  # fmt: skip
+        slots.extend(_slots(persistent.host_block_tables[row], start, end, block_size))
         query_lens.append(chunk.num_new_tokens)
         prefill_seq_lens.append(end)
-        width = max(width, len(block_ids))
+        width = max(width, chunk.num_blocks)
         if chunk.is_sampling:
             sampling_indices.append(index)
             logits_rows.append(num_decodes + len(input_ids) - 1)
@@ -139,6 +136,12 @@ def build_step_batch(
     )
 
 
+def _slots(table_row: np.ndarray, start: int, end: int, block_size: int) -> np.ndarray:
+    """KV slots of positions start..end-1 of the request whose block-table row is given."""
+    positions = np.arange(start, end)  # [end - start]
+    return table_row[positions // block_size] * block_size + positions % block_size
+
+
 def _split_decodes_first(plan: SchedulerOutput, rows: np.ndarray) -> tuple[list, list]:
     """Chunk indices of the decodes and of the rest, each part sorted by persistent row.
 
@@ -185,29 +188,25 @@ def fill_decode_buffers(
         "num_padded_seqs",
         f"need 0 < {num_seqs} requests <= {num_padded_seqs} <= {buffers.max_num_seqs} rows",
     )
-    row_indices, _, _ = persistent.update(plan)
-    token_ids: list[int] = []
-    positions: list[int] = []
-    slots: list[int] = []
-    seq_lens: list[int] = []
+    row_indices, first_positions, first_tokens = persistent.update(plan)
+    token_ids = first_tokens
+    positions = first_positions
     pending_rows: list[int] = []
     pending_sources: list[int] = []
     width = 1
     for index, chunk in enumerate(plan.chunks):
         require(chunk.is_decode, "plan", "a decode batch holds one-token sampling chunks only")
-        request = chunk.request
-        position = request.num_computed_tokens
-        block_ids = request.block_ids
-        token_id = request.all_token_ids[position]
-        if token_id == PENDING_TOKEN_ID:
+        if token_ids[index] == PENDING_TOKEN_ID:
             pending_rows.append(index)
-            pending_sources.append(pending_source(pending, request.request_id))
-            token_id = 0
-        token_ids.append(token_id)
-        positions.append(position)
-        slots.append(block_ids[position // block_size] * block_size + position % block_size)
-        seq_lens.append(position + 1)
-        width = max(width, len(block_ids))
+            pending_sources.append(pending_source(pending, chunk.request_id))
+            token_ids[index] = 0
+        width = max(width, chunk.num_blocks)
+    positions_np = np.array(positions, dtype=np.int64)  # [num_seqs]
+    slots = (
+        persistent.host_block_tables[row_indices, positions_np // block_size] * block_size
+        + positions_np % block_size
+    ).tolist()  # [num_seqs]
+    seq_lens = (positions_np + 1).tolist()
     require(
         width <= buffers.max_blocks_per_seq,
         "plan",
@@ -238,15 +237,22 @@ def fill_decode_buffers(
 
 
 def build_step_sampling_batch(
-    requests: list, persistent: PersistentBatch, state: SamplingState
+    chunks: list[ScheduledChunk], persistent: PersistentBatch, state: SamplingState
 ) -> SamplingBatch:
-    """The step's sampling batch: O(1) when every row is a plain argmax (the common case).
+    """The sampling batch of the step's sampling chunks: O(1) when every row is an argmax.
 
     The persistent batch records, when a request joins, whether its sampling is more than
-    an argmax; only then are parameters packed, with the requests' kept state.
+    an argmax; only then are parameters packed, from the requests' kept state, each row's
+    output count set to what it has before this step's sample.
     """
-    state.release_finished()
     special = persistent.sampled_request_ids
-    if not special or not any(request.request_id in special for request in requests):
-        return greedy_sampling_batch(len(requests), state.vocab_size)
-    return build_sampling_batch(requests, state.vocab_size, state.device, state)
+    if not special or not any(chunk.request_id in special for chunk in chunks):
+        return greedy_sampling_batch(len(chunks), state.vocab_size)
+    rows = []
+    for chunk in chunks:
+        row = persistent.state_of(chunk.request_id)
+        row.num_output_tokens = (
+            chunk.num_computed_tokens + chunk.num_new_tokens - row.num_prompt_tokens
+        )
+        rows.append(row)
+    return build_sampling_batch(rows, state.vocab_size, state.device, state)

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from llmd.attention.torch_backend import TorchAttentionBackend
+from llmd.engine.plan_writer import PlanWriter
 from llmd.engine.request import Request
-from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
+from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.errors import InvalidParameterError
 from llmd.layers.kernel_config import KernelConfig, configure_kernels
 from llmd.models.loader import load_hf_config, load_model, model_shape
@@ -54,9 +55,8 @@ def _request(prompt: list[int], block_ids: list[int], num_computed: int = 0) -> 
 
 
 def _decode_plan(requests: list[Request]) -> SchedulerOutput:
-    """One decode chunk per request (its next token is already appended)."""
-    chunks = [ScheduledChunk(request, 1, is_sampling=True) for request in requests]
-    return SchedulerOutput(chunks=chunks, num_decode_tokens=len(chunks))
+    """One decode chunk per request (its next token is already appended), all new to the runner."""
+    return PlanWriter().plan([(request, 1, True) for request in requests])
 
 
 def _decoding_requests() -> list[Request]:
@@ -99,11 +99,10 @@ def test_only_decode_only_plans_that_fit_use_graphs():
     assert graph_batch_size_for(_decode_plan(requests * 2), sizes, 3) is None  # 6 > 4
     assert graph_batch_size_for(SchedulerOutput(), sizes, 3) is None
     prefill = _request([1, 2, 3], [4])
-    mixed = _decode_plan(requests[:1])
-    mixed.chunks.append(ScheduledChunk(prefill, 3, is_sampling=True))
+    mixed = PlanWriter().plan([(requests[0], 1, True), (prefill, 3, True)])
     assert graph_batch_size_for(mixed, sizes, 3) is None
     # A one-token chunk that does not sample (a prefill cut by the budget) is no decode.
-    not_sampling = SchedulerOutput(chunks=[ScheduledChunk(prefill, 1, is_sampling=False)])
+    not_sampling = PlanWriter().plan([(prefill, 1, False)])
     assert graph_batch_size_for(not_sampling, sizes, 3) is None
 
 
@@ -164,7 +163,7 @@ def test_decode_batch_rejects_what_the_buffers_cannot_hold():
         build_decode_batch(_decode_plan(requests), BLOCK_SIZE, buffers, 4)  # 3 blocks > 2
     with pytest.raises(InvalidParameterError):
         build_decode_batch(_decode_plan(requests[:1]), BLOCK_SIZE, buffers, 8)  # 8 rows > 4
-    prefill = SchedulerOutput(chunks=[ScheduledChunk(_request([1, 2], [0]), 2, True)])
+    prefill = PlanWriter().plan([(_request([1, 2], [0]), 2, True)])
     with pytest.raises(InvalidParameterError):
         build_decode_batch(prefill, BLOCK_SIZE, buffers, 1)
 
@@ -202,9 +201,7 @@ def test_padded_decode_through_triton_kernels_equals_the_unpadded_step(llama_dir
     kv_caches = _nan_caches(shape, num_blocks=8, device=CPU)
     for request in requests:  # prefill each prompt so the decodes have a context
         request.num_computed_tokens = 0
-        prompt_plan = SchedulerOutput(
-            chunks=[ScheduledChunk(request, request.num_prompt_tokens, is_sampling=True)]
-        )
+        prompt_plan = PlanWriter().plan([(request, request.num_prompt_tokens, True)])
         batch = build_input_batch(prompt_plan, BLOCK_SIZE, CPU)
         with torch.inference_mode():
             model(batch.input_ids, batch.positions, kv_caches, batch.metadata)
@@ -317,7 +314,8 @@ def test_kv_profiling_sizes_a_positive_number_of_blocks(llama_dir):
         model=str(llama_dir), device="cuda", gpu_memory_utilization=0.3, block_size=64,
         max_num_seqs=16, attention_backend="triton",
     )  # fmt: skip
-    runner = ModelRunner(config, llama_dir, load_hf_config(llama_dir), max_model_len=256)
+    hf_config = load_hf_config(llama_dir)
+    runner = ModelRunner(config, llama_dir, hf_config, model_shape(hf_config), 256, 256)
     assert runner.num_blocks > 0 and runner.graph_reserve_bytes > 0
     assert runner.graph_runner is not None
     assert runner.graph_runner.buffers.max_blocks_per_seq == 4  # ceil(256 / 64)

@@ -54,6 +54,7 @@ def cpu_runner(tmp_path):
     runner.kv_dtype = torch.float32
     runner.shape = model_shape(hf_config)
     runner.max_model_len = 32
+    runner.max_num_batched_tokens = 64  # the engine's resolved step budget
     runner.backend = create_attention_backend("torch", runner.device)
     runner.model = load_model(path, hf_config, runner.backend, runner.dtype, runner.device)
     runner.block_size = 4

@@ -24,6 +24,11 @@ BLOCK_SIZE = 4
 MAX_MODEL_LEN = 96
 
 
+def _tables(plan):
+    """Each scheduled request's whole block table (the reference builders need them)."""
+    return {chunk.request_id: list(chunk.request.block_ids) for chunk in plan.chunks}
+
+
 def _in_row_order(plan, persistent):
     """The plan with its chunks in the order `build_step_batch` lays them out."""
     rows = [persistent.row_of(chunk.request.request_id) for chunk in plan.chunks]
@@ -77,13 +82,14 @@ def test_persistent_batch_equals_rebuilt_batch_under_random_traffic(seed):
             num_aborts += 1
         plan = scheduler.schedule()
         if plan.is_empty:
+            persistent.free(plan)  # as the engine does with a plan it does not run
             continue
         num_steps += 1
         num_preemptions += len(plan.preempted_request_ids)
         num_prefix_hits += sum(1 for c in plan.chunks if c.request.num_cached_tokens)
         ours = build_step_batch(plan, BLOCK_SIZE, persistent)
         ordered, order = _in_row_order(plan, persistent)
-        reference = build_input_batch(ordered, BLOCK_SIZE, CPU)
+        reference = build_input_batch(ordered, BLOCK_SIZE, CPU, block_tables=_tables(plan))
         reference.sampling_request_indices = [order[i] for i in reference.sampling_request_indices]
         _assert_same_batch(ours, reference)
         _assert_index_tensors_aligned(ours)
@@ -129,7 +135,7 @@ def test_decode_buffers_from_persistent_rows_equal_rebuilt_ones():
         if plan.is_empty:
             break
         if all(chunk.is_decode for chunk in plan.chunks):
-            expected = build_decode_batch(plan, BLOCK_SIZE, theirs, 8)
+            expected = build_decode_batch(plan, BLOCK_SIZE, theirs, 8, _tables(plan))
             batch = fill_decode_buffers(plan, BLOCK_SIZE, persistent, ours, 8)
             width = max(len(c.request.block_ids) for c in plan.chunks)
             num = len(plan.chunks)
@@ -153,20 +159,53 @@ def test_pending_input_tokens_come_from_the_device_tensor():
     for request in requests:
         scheduler.add_request(request)
     plan = scheduler.schedule()
+    build_step_batch(plan, BLOCK_SIZE, persistent)
     scheduler.update_from_output(plan, {r.request_id: 11 for r in requests})
     plan = scheduler.schedule()  # three decodes whose input is token 11
-    reference = build_input_batch(plan, BLOCK_SIZE, CPU)
-    real = [r.all_token_ids[-1] for r in requests]
-    for request in requests:
-        request.all_token_ids[-1] = PENDING_TOKEN_ID
+    reference = build_input_batch(plan, BLOCK_SIZE, CPU, block_tables=_tables(plan))
+    assert [chunk.token_ids for chunk in plan.chunks] == [[11]] * 3
+    for chunk in plan.chunks:
+        chunk.token_ids = [PENDING_TOKEN_ID]  # as an async plan sends them
     pending = PendingTokens(
         torch.tensor([0, 11, 0, 11, 11]), {r.request_id: i for r, i in zip(requests, (1, 3, 4))}
     )
     batch = build_step_batch(plan, BLOCK_SIZE, persistent, pending)
     _assert_same_batch(batch, reference)
-    assert real == [11, 11, 11]
     with pytest.raises(LLMDError, match="pending"):
-        build_step_batch(plan, BLOCK_SIZE, PersistentBatch(8, 24, CPU), None)
+        build_step_batch(plan, BLOCK_SIZE, persistent, None)
+
+
+def test_a_request_the_runner_was_never_sent_is_a_typed_error():
+    scheduler = make_scheduler(num_blocks=100, block_size=BLOCK_SIZE, max_model_len=MAX_MODEL_LEN)
+    scheduler.add_request(make_request(num_prompt_tokens=6, max_tokens=4))
+    plan = scheduler.schedule()
+    plan.new_requests.clear()
+    with pytest.raises(LLMDError, match="never sent"):
+        build_step_batch(plan, BLOCK_SIZE, PersistentBatch(4, 24, CPU))
+
+
+def test_finished_and_preempted_ids_free_rows_and_a_resent_request_is_rewritten():
+    scheduler = make_scheduler(num_blocks=100, block_size=BLOCK_SIZE, max_model_len=MAX_MODEL_LEN)
+    persistent = PersistentBatch(4, MAX_MODEL_LEN // BLOCK_SIZE, CPU)
+    requests = [make_request(num_prompt_tokens=6, max_tokens=10) for _ in range(3)]
+    for request in requests:
+        scheduler.add_request(request)
+    plan = scheduler.schedule()
+    build_step_batch(plan, BLOCK_SIZE, persistent)
+    scheduler.update_from_output(plan, {r.request_id: 11 for r in requests})
+    scheduler.finish_request(requests[0].request_id, FinishReason.ABORT)
+    scheduler.forget_runner_state()  # as after a failed step: the others come whole again
+    plan = scheduler.schedule()
+    assert plan.finished_request_ids == [requests[0].request_id]
+    assert [data.request_id for data in plan.new_requests] == [r.request_id for r in requests[1:]]
+    assert [data.output_token_ids for data in plan.new_requests] == [[11], [11]]
+    ours = build_step_batch(plan, BLOCK_SIZE, persistent)
+    assert persistent.num_rows_in_use == 2 and persistent.row_of(requests[0].request_id) is None
+    ordered, order = _in_row_order(plan, persistent)  # the last row moved into the hole
+    reference = build_input_batch(ordered, BLOCK_SIZE, CPU, block_tables=_tables(plan))
+    reference.sampling_request_indices = [order[i] for i in reference.sampling_request_indices]
+    _assert_same_batch(ours, reference)
+    assert persistent.num_blocks[2:].tolist() == [0, 0]  # the freed row was zeroed
 
 
 def test_too_many_blocks_is_a_typed_error():
@@ -183,17 +222,19 @@ def test_pending_inputs_of_graph_decodes_come_from_the_device_tensor():
     for request in requests:
         scheduler.add_request(request)
     plan = scheduler.schedule()
+    persistent = PersistentBatch(4, 24, CPU)
+    build_step_batch(plan, BLOCK_SIZE, persistent)
     scheduler.update_from_output(plan, {r.request_id: 20 + i for i, r in enumerate(requests)})
     plan = scheduler.schedule()
     expected = DecodeBuffers.allocate(4, 24, CPU)
-    build_decode_batch(plan, BLOCK_SIZE, expected, 4)
-    for request in requests:
-        request.all_token_ids[-1] = PENDING_TOKEN_ID
+    build_decode_batch(plan, BLOCK_SIZE, expected, 4, _tables(plan))
+    for chunk in plan.chunks:
+        chunk.token_ids = [PENDING_TOKEN_ID]
     pending = PendingTokens(
         torch.tensor([22, 21, 20]), {r.request_id: 2 - i for i, r in enumerate(requests)}
     )
     buffers = DecodeBuffers.allocate(4, 24, CPU)
-    fill_decode_buffers(plan, BLOCK_SIZE, PersistentBatch(4, 24, CPU), buffers, 4, pending)
+    fill_decode_buffers(plan, BLOCK_SIZE, persistent, buffers, 4, pending)
     assert torch.equal(buffers.token_rows, expected.token_rows)
     assert buffers.token_rows[0, :3].tolist() == [20, 21, 22]
 

@@ -9,7 +9,7 @@ import zlib
 
 import torch
 
-from llmd.engine.request import FinishReason, Request, RequestStatus
+from llmd.engine.request import Request, RequestStatus
 from llmd.runner.sampler import Sampler, build_sampling_batch
 from llmd.runner.sampling_state import SamplingState
 from llmd.sampling_params import SamplingParams
@@ -100,17 +100,15 @@ def test_kept_penalty_counts_equal_counts_rebuilt_from_history():
         assert torch.equal(state.output_counts[slot], expected.float())
 
 
-def test_state_is_kept_across_preemption_and_dropped_when_finished():
+def test_state_is_dropped_only_for_ids_named_finished():
     state = SamplingState(VOCAB, CPU)
     request = _request("p", temperature=0.0, frequency_penalty=1.0)
     request.all_token_ids += [5, 5, 9]
     slots = state.penalty_slots([request])
     assert state.output_counts[slots[0], 5] == 2 and state.output_counts[slots[0], 9] == 1
-    request.status = RequestStatus.PREEMPTED
-    state.release_finished()
+    state.release(["never-seen"])  # a preempted request is not named: its state stays
     assert state.num_requests == 1
-    request.finish(FinishReason.ABORT, 0.0)
-    state.release_finished()
+    state.release(["p"])
     assert state.num_requests == 0
     # The freed row is reused and refilled from the new request's own history.
     other = _request("q", temperature=0.0, frequency_penalty=1.0)
