@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from llmd.attention.backend import AttentionBackend
 from llmd.errors import InvalidParameterError
 from llmd.kernels import is_triton_available
 
@@ -27,12 +28,12 @@ class KernelConfig:
     on the CPU; other dtypes and shapes keep the torch ops."""
 
     @classmethod
-    def for_backend(cls, attention_backend: str, device: torch.device) -> KernelConfig:
-        """Triton kernels with the Triton backend on CUDA; C++ ops with the C++ CPU backend
-        (which exists only where the extension was built)."""
+    def for_backend(cls, backend: AttentionBackend, device: torch.device) -> KernelConfig:
+        """The layer kernels `backend` pairs with, where they run: Triton kernels on CUDA,
+        C++ ops on the CPU (whose backend exists only where the extension was built)."""
         return cls(
-            use_triton=attention_backend == "triton" and device.type == "cuda",
-            use_cpu_ops=attention_backend == "cpu" and device.type == "cpu",
+            use_triton=backend.pairs_with_triton_layers and device.type == "cuda",
+            use_cpu_ops=backend.pairs_with_cpu_layer_ops and device.type == "cpu",
         )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from llmd.attention.backend import AttentionBackend
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.errors import LLMDError
 from llmd.runner.input_batch import DecodeBuffers
@@ -65,16 +66,16 @@ def graph_batch_size_for(
 
 
 def graphs_disabled_reason(
-    device: torch.device, attention_backend: str, enforce_eager: bool
+    device: torch.device, backend: AttentionBackend, enforce_eager: bool
 ) -> str | None:
     """Why decode steps must run eagerly on this engine, or None when graphs can be used."""
     if device.type != "cuda":
         return f"CUDA graphs need a CUDA device (device is {device.type})"
     if enforce_eager:
         return "enforce_eager is set"
-    if attention_backend != "triton":
+    if not backend.supports_cuda_graphs:
         return (
-            f"the {attention_backend} attention backend reads metadata on the host, which a "
+            f"the {backend.name} attention backend reads metadata on the host, which a "
             "CUDA graph cannot replay (use attention_backend=triton)"
         )
     return None

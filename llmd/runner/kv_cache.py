@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from llmd.attention.backend import AttentionBackend
 from llmd.errors import InvalidParameterError
 from llmd.runner.device import dtype_name
 
@@ -63,7 +64,9 @@ def allocate_kv_cache(
 KV_CACHE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def resolve_kv_cache_dtype(name: str, model_dtype: torch.dtype, backend_name: str) -> torch.dtype:
+def resolve_kv_cache_dtype(
+    name: str, model_dtype: torch.dtype, backend: AttentionBackend
+) -> torch.dtype:
     """The KV cache's element type: `auto` is the model's; another needs the cpu backend.
 
     Only the cpu attention op reads a cache whose dtype differs from the activations'
@@ -74,10 +77,10 @@ def resolve_kv_cache_dtype(name: str, model_dtype: torch.dtype, backend_name: st
     if name not in KV_CACHE_DTYPES:
         raise InvalidParameterError(f"unknown KV cache dtype {name!r}", "kv_cache_dtype")
     dtype = KV_CACHE_DTYPES[name]
-    if dtype != model_dtype and backend_name != "cpu":
+    if dtype != model_dtype and not backend.reads_any_kv_dtype:
         raise InvalidParameterError(
             f"{name} under {dtype_name(model_dtype)} activations needs the cpu attention backend "
-            f"(the {backend_name} backend keeps K/V in the model's dtype)",
+            f"(the {backend.name} backend keeps K/V in the model's dtype)",
             "kv_cache_dtype",
         )
     return dtype

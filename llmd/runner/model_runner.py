@@ -83,13 +83,13 @@ class ModelRunner:
         self.max_num_batched_tokens = max_num_batched_tokens
         """Most tokens one step computes (the scheduler's budget): sizes profiling, graphs."""
         self.backend = create_attention_backend(config.attention_backend, self.device)
-        self.kv_dtype = resolve_kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.backend.name)
+        self.kv_dtype = resolve_kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.backend)
         # Free device memory before anything of ours is loaded: the KV budget's base.
         self.free_bytes_at_start = (
             torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else 0
         )
         self.model = load_model(model_path, hf_config, self.backend, self.dtype, self.device)
-        self.kernel_config = KernelConfig.for_backend(self.backend.name, self.device)
+        self.kernel_config = KernelConfig.for_backend(self.backend, self.device)
         configure_kernels(self.model, self.kernel_config)
         self.num_packed_linears = 0
         if self.device.type == "cpu" and config.prepack_weights:
@@ -134,7 +134,7 @@ class ModelRunner:
 
     def _decide_graph_batch_sizes(self) -> list[int]:
         """Decode batch sizes to capture; empty (with the reason logged) when graphs are off."""
-        reason = graphs_disabled_reason(self.device, self.backend.name, self.config.enforce_eager)
+        reason = graphs_disabled_reason(self.device, self.backend, self.config.enforce_eager)
         if reason is None:
             return graph_batch_sizes(self.config.max_num_seqs, self.max_num_batched_tokens)
         if self.device.type == "cuda":

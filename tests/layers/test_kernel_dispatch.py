@@ -43,9 +43,15 @@ def device(request) -> str:
 
 def test_kernel_config_follows_backend_and_device():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert KernelConfig.for_backend("triton", cuda).use_triton
-    assert not KernelConfig.for_backend("triton", cpu).use_triton
-    assert not KernelConfig.for_backend("torch", cuda).use_triton
+    plain, triton_like, cpu_like = (TorchAttentionBackend() for _ in range(3))
+    triton_like.pairs_with_triton_layers = True  # what the triton backend declares
+    cpu_like.pairs_with_cpu_layer_ops = True  # what the cpu backend declares
+    assert KernelConfig.for_backend(triton_like, cuda).use_triton
+    assert not KernelConfig.for_backend(triton_like, cpu).use_triton
+    assert not KernelConfig.for_backend(plain, cuda).use_triton
+    assert KernelConfig.for_backend(cpu_like, cpu).use_cpu_ops
+    assert not KernelConfig.for_backend(cpu_like, cuda).use_cpu_ops
+    assert KernelConfig.for_backend(plain, cpu) == KernelConfig()
     assert not KernelConfig().use_triton
 
 

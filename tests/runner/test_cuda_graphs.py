@@ -106,12 +106,15 @@ def test_only_decode_only_plans_that_fit_use_graphs():
     assert graph_batch_size_for(not_sampling, sizes, 3) is None
 
 
-def test_graphs_need_cuda_triton_and_no_enforce_eager():
+def test_graphs_need_cuda_a_graph_safe_backend_and_no_enforce_eager():
     cuda = torch.device("cuda")
-    assert "CUDA device" in graphs_disabled_reason(CPU, "triton", enforce_eager=False)
-    assert "enforce_eager" in graphs_disabled_reason(cuda, "triton", enforce_eager=True)
-    assert "attention_backend=triton" in graphs_disabled_reason(cuda, "torch", False)
-    assert graphs_disabled_reason(cuda, "triton", enforce_eager=False) is None
+    torch_backend, triton_backend = TorchAttentionBackend(), TorchAttentionBackend()
+    triton_backend.supports_cuda_graphs = True  # what the triton backend declares
+    assert "CUDA device" in graphs_disabled_reason(CPU, triton_backend, enforce_eager=False)
+    assert "enforce_eager" in graphs_disabled_reason(cuda, triton_backend, enforce_eager=True)
+    reason = graphs_disabled_reason(cuda, torch_backend, False)
+    assert "the torch attention backend" in reason and "attention_backend=triton" in reason
+    assert graphs_disabled_reason(cuda, triton_backend, enforce_eager=False) is None
 
 
 def test_graph_reserve_scales_the_profiled_forward_to_the_largest_bucket():

@@ -87,18 +87,20 @@ def test_num_threads_must_be_positive(bad):
 
 
 def test_the_kv_cache_dtype_follows_the_model_unless_the_cpu_op_can_read_another():
+    from llmd.attention.torch_backend import TorchAttentionBackend
     from llmd.runner.kv_cache import resolve_kv_cache_dtype
 
-    assert resolve_kv_cache_dtype("auto", torch.float32, "torch") is torch.float32
-    assert resolve_kv_cache_dtype("auto", torch.bfloat16, "triton") is torch.bfloat16
-    assert resolve_kv_cache_dtype("bfloat16", torch.float32, "cpu") is torch.bfloat16
-    assert resolve_kv_cache_dtype("bfloat16", torch.bfloat16, "triton") is torch.bfloat16
-    for backend in ("torch", "triton"):
-        with pytest.raises(InvalidParameterError) as error:
-            resolve_kv_cache_dtype("bfloat16", torch.float32, backend)
-        assert error.value.parameter == "kv_cache_dtype" and backend in error.value.message
+    keeps_dtype, converts = TorchAttentionBackend(), TorchAttentionBackend()
+    converts.reads_any_kv_dtype = True  # what the cpu backend declares
+    assert resolve_kv_cache_dtype("auto", torch.float32, keeps_dtype) is torch.float32
+    assert resolve_kv_cache_dtype("auto", torch.bfloat16, keeps_dtype) is torch.bfloat16
+    assert resolve_kv_cache_dtype("bfloat16", torch.float32, converts) is torch.bfloat16
+    assert resolve_kv_cache_dtype("bfloat16", torch.bfloat16, keeps_dtype) is torch.bfloat16
+    with pytest.raises(InvalidParameterError) as error:
+        resolve_kv_cache_dtype("bfloat16", torch.float32, keeps_dtype)
+    assert error.value.parameter == "kv_cache_dtype" and "torch" in error.value.message
     with pytest.raises(InvalidParameterError):
-        resolve_kv_cache_dtype("int8", torch.float32, "cpu")
+        resolve_kv_cache_dtype("int8", torch.float32, converts)
     with pytest.raises(InvalidParameterError) as error:
         EngineConfig(kv_cache_dtype="int8")
     assert error.value.parameter == "kv_cache_dtype"
