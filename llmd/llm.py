@@ -13,6 +13,7 @@ from typing import Any
 from llmd.config import EngineConfig
 from llmd.engine.detokenizer import DetokenizerDelta, IncrementalDetokenizer
 from llmd.engine.request import FinishReason, Request
+from llmd.engine.text_stream import Detokenizer, TextStream, is_ended_on_token
 from llmd.errors import InvalidParameterError
 from llmd.llm_engine import LLMEngine
 from llmd.outputs import RequestMetrics, RequestOutput, TokenLogprob
@@ -36,13 +37,15 @@ class StreamDelta:
 
 
 class _Tracked:
-    """A live request with its prompt text, detokenizer and logprobs."""
+    """A live request with its prompt text, text stream and logprobs."""
 
-    def __init__(self, index: int, prompt: str | None, request: Request, detok) -> None:
+    def __init__(
+        self, index: int, prompt: str | None, request: Request, detok: Detokenizer
+    ) -> None:
         self.index = index
         self.prompt = prompt
         self.request = request
-        self.detokenizer: IncrementalDetokenizer | _NoTextDetokenizer = detok
+        self.text = TextStream(detok)
         self.logprobs: list[TokenLogprob] | None = (
             [] if request.sampling_params.logprobs is not None else None
         )
@@ -144,41 +147,34 @@ class LLM:
 
     def _advance(self, tracked: _Tracked, update) -> StreamDelta:
         request = tracked.request
-        # A final EOS or stop token id ends generation but is not part of the text.
-        ended_on_token = (
-            request.is_finished
-            and request.finish_reason is FinishReason.STOP
-            and not isinstance(request.stop_reason, str)
+        step = tracked.text.advance(
+            update.new_token_ids,
+            request.is_finished,
+            is_ended_on_token(request.finish_reason, request.stop_reason),
         )
-        delta = tracked.detokenizer.update(update.new_token_ids, exclude_last=ended_on_token)
-        text = delta.text
         if tracked.logprobs is not None and update.new_logprobs:
             tracked.logprobs.extend(update.new_logprobs)
-        if delta.stop_string is not None and not request.is_finished:
-            self.engine.finish_request(request.request_id, FinishReason.STOP, delta.stop_string)
-        elif delta.stop_string is not None:
-            request.finish_reason = FinishReason.STOP
-            request.stop_reason = delta.stop_string
-        output = None
+        if step.stop_string is not None and not request.is_finished:
+            self.engine.finish_request(request.request_id, FinishReason.STOP, step.stop_string)
         if request.finish_reason is FinishReason.ERROR:
             raise RequestFailedError(request.error_message or "the engine failed this request")
-        if request.is_finished:
-            if delta.stop_string is None:
-                text += tracked.detokenizer.flush()
-            output = self._output(tracked)
-        return StreamDelta(tracked.index, text, update.new_token_ids, output)
+        output = self._output(tracked) if request.is_finished else None
+        return StreamDelta(tracked.index, step.text, update.new_token_ids, output)
 
     def _output(self, tracked: _Tracked) -> RequestOutput:
         request = tracked.request
         assert request.finish_reason is not None  # set by finish(); internal invariant
+        finish_reason, stop_reason = tracked.text.final_reasons(
+            request.finish_reason.value, request.stop_reason
+        )
         return RequestOutput(
             request_id=request.request_id,
             prompt=tracked.prompt,
             prompt_token_ids=request.prompt_token_ids,
             token_ids=request.output_token_ids,
-            text=tracked.detokenizer.output_text,
-            finish_reason=request.finish_reason.value,
-            stop_reason=request.stop_reason,
+            text=tracked.text.text,
+            finish_reason=finish_reason,
+            stop_reason=stop_reason,
             metrics=RequestMetrics.from_request(request),
             logprobs=tracked.logprobs,
         )

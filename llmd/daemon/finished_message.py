@@ -47,7 +47,7 @@ def finished_message(
             "tpot": metrics.tpot,
             "e2e": metrics.e2e,
         },
-        text=None if live.stream else live.detokenizer.output_text,
+        text=None if live.stream else live.text.text,
         logprobs=None if live.stream else live.logprobs,
         num_preemptions=request.num_preemptions,
         breakdown=metrics.waits.to_dict(),

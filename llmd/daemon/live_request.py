@@ -7,12 +7,13 @@ thread and the text thread never write the same object.
 from __future__ import annotations
 
 from llmd.engine.detokenizer import IncrementalDetokenizer
+from llmd.engine.text_stream import TextStream
 from llmd.protocol import LogprobEntry
 from llmd.sampling_params import SamplingParams
 
 
 class LiveRequest:
-    """Routing, detokenizer and output bookkeeping of one in-flight request."""
+    """Routing, text stream and output bookkeeping of one in-flight request."""
 
     def __init__(
         self,
@@ -31,13 +32,12 @@ class LiveRequest:
         self.client_id = client_id
         self.stream = stream
         self.params = params
-        self.detokenizer = detokenizer
+        self.text = TextStream(detokenizer)
+        """The output text, with the stop string that ended it (shared with `LLM`)."""
         self.num_prompt_tokens = 0
         self.output_token_ids: list[int] = []
         """Tokens the client has been told about (the engine may be a step ahead)."""
         self.logprobs: list[LogprobEntry] | None = [] if params.logprobs is not None else None
-        self.stop_string: str | None = None
-        """The stop string that ended the text, once one matched."""
         self.is_ending = False
         """A stop or abort was sent to the engine; later tokens are ignored."""
         self._num_progress_reported = 0

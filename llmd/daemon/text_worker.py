@@ -30,6 +30,7 @@ from llmd.daemon.thread_names import name_os_thread
 from llmd.engine.detokenizer import IncrementalDetokenizer
 from llmd.engine.ended_request import EndedRequest
 from llmd.engine.request import FinishReason
+from llmd.engine.text_stream import is_ended_on_token
 from llmd.engine.tokenizer import Tokenizer
 from llmd.errors import EngineDeadError, InvalidParameterError, LLMDError
 from llmd.metrics import ServingMetrics
@@ -273,30 +274,24 @@ class TextWorker:
             return
         live.output_token_ids.extend(update.new_token_ids)
         # A final EOS or stop token id ends generation but is not part of the text.
-        ended_on_token = (
-            ended is not None
-            and ended.finish_reason is FinishReason.STOP
-            and not isinstance(ended.stop_reason, str)
+        is_on_token = ended is not None and is_ended_on_token(
+            ended.finish_reason, ended.stop_reason
         )
-        delta = live.detokenizer.update(update.new_token_ids, exclude_last=ended_on_token)
-        text = delta.text
+        step = live.text.advance(update.new_token_ids, update.is_finished, is_on_token)
+        text = step.text
         new_logprobs = [_logprob_dict(lp, self.tokenizer) for lp in update.new_logprobs or ()]
         if live.logprobs is not None:
             live.logprobs.extend(new_logprobs)
-        if delta.stop_string is not None:
-            live.stop_string = delta.stop_string
-            if not update.is_finished:
-                live.is_ending = True
-                self.engine_loop.submit(
-                    FinishCommand(
-                        live.engine_id,
-                        FinishReason.STOP,
-                        delta.stop_string,
-                        num_output_tokens=len(live.output_token_ids),
-                    )
+        if step.stop_string is not None and not update.is_finished:
+            live.is_ending = True
+            self.engine_loop.submit(
+                FinishCommand(
+                    live.engine_id,
+                    FinishReason.STOP,
+                    step.stop_string,
+                    num_output_tokens=len(live.output_token_ids),
                 )
-        elif update.is_finished:
-            text += live.detokenizer.flush()
+            )
         if live.stream and (text or update.new_token_ids):
             logprobs = new_logprobs if live.logprobs is not None else None
             self._send(live, TokenDelta(live.client_id, text, update.new_token_ids, logprobs))
@@ -311,11 +306,10 @@ class TextWorker:
     def _finish(self, live: LiveRequest, request: EndedRequest) -> None:
         """Send the request's last message, from its frozen final state."""
         del self._live[live.engine_id]
-        reason = request.finish_reason.value if request.finish_reason else "abort"
-        stop_reason = request.stop_reason
-        if live.stop_string is not None:
-            reason, stop_reason = FinishReason.STOP.value, live.stop_string
-        num_delivered = len(live.output_token_ids) if live.stop_string is not None else None
+        reason, stop_reason = live.text.final_reasons(
+            request.finish_reason.value if request.finish_reason else "abort", request.stop_reason
+        )
+        num_delivered = len(live.output_token_ids) if live.text.stop_string is not None else None
         metrics = RequestMetrics.from_ended(request, num_delivered)
         self.metrics.record_request(metrics, reason)
         log_finished(live, metrics, reason)
