@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -45,6 +46,8 @@ class Flag:
     """A bool field given as one flag that turns it on, with no --no- form."""
     help: str | None = None
     """Help that replaces the field's docstring, where that reads as code documentation."""
+    envvar: str | None = None
+    """An environment variable click reads when the flag is not given (click only)."""
 
     @property
     def long_name(self) -> str:
@@ -88,11 +91,13 @@ def field_facts(cls: type, name: str) -> FieldFacts:
 
 
 def command_line_help(doc: str) -> str:
-    """A field's docstring as flag help: without its clause on None, which is Python's.
+    """A field's docstring as flag help: without its clauses on None, which are Python's.
 
-    On a command line an unset flag shows its `[default: ...]` instead, so the clause
-    ("; None means ..." or ". None: ...", to the end) would say the default twice.
+    On a command line an unset flag shows its `[default: ...]` instead, so a clause on
+    None ("(None: ...)", or "; None means ..." / ". None: ..." to the end) would say the
+    default twice.
     """
+    doc = re.sub(r"\s*\(None[:, ][^()]*\)", "", doc)
     cut = min((i for i in (doc.find("; None"), doc.find(". None")) if i >= 0), default=-1)
     return doc if cut < 0 else doc[:cut] + "."
 
@@ -103,6 +108,8 @@ def click_option(cls: type, flag: Flag) -> Callable:
     default = facts.default if flag.default is FROM_FIELD else flag.default
     help_text = flag.help or command_line_help(facts.doc)
     kwargs: dict[str, Any] = {"default": default, "help": help_text}
+    if flag.envvar is not None:
+        kwargs["envvar"] = flag.envvar
     names: list[str] = [*flag.short_names]
     if facts.value_type is bool and flag.is_switch:
         names.append(flag.long_name)

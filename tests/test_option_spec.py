@@ -91,3 +91,19 @@ def test_help_drops_the_python_none_clause_which_the_default_says_instead():
     assert command_line_help("Token budget; None: the device's (see x).") == "Token budget."
     assert command_line_help("Seed. None means random.") == "Seed."
     assert command_line_help("Tokens per block (paging).") == "Tokens per block (paging)."
+    assert command_line_help("Key (None: none). Secret.") == "Key. Secret."
+    assert command_line_help("Cores; 0: off (None: 1 from 4 cores).") == "Cores; 0: off."
+
+
+def test_serve_flags_build_the_default_options_and_keep_their_old_spellings():
+    from llmd.commands.daemon_cli import SERVE_FLAGS, SERVE_OPTIONS
+    from llmd.daemon.serve_options import ServeOptions
+
+    def options(argv: list[str]) -> ServeOptions:
+        kwargs = _parsed(SERVE_OPTIONS, argv)
+        return ServeOptions(**{flag.field: kwargs.pop(flag.dest_name) for flag in SERVE_FLAGS})
+
+    assert options([]) == ServeOptions()
+    changed = options(["--no-http", "--no-warmup", "--drain-timeout", "5", "--detach"])
+    assert not changed.is_http_enabled and not changed.is_warmup_enabled
+    assert changed.drain_timeout_s == 5.0 and changed.detach

@@ -16,10 +16,43 @@ import click
 from llmd.cli_options import ENGINE_OPTIONS, apply_options, pop_engine_kwargs
 from llmd.commands.cli_group import cli_error
 from llmd.commands.help_text import ADDRESS_DEFAULT, ADDRESS_HELP
+from llmd.daemon.serve_options import (
+    ADMISSION_POLICIES,
+    API_KEY_ENV,
+    LOG_LEVELS,
+    ServeOptions,
+)
+from llmd.option_spec import Flag, click_option
 
 STOP_WAIT_S = 10.0
 """After the daemon acknowledged stopping, how long `llmd stop` waits for it to release its
 address lock (the last thing it does before exiting)."""
+
+
+SERVE_FLAGS = (
+    Flag("address", show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP),
+    Flag("allow_remote", is_switch=True),
+    Flag("detach", is_switch=True),
+    Flag("log_file", show_default="in the runtime directory"),
+    Flag("max_queued_requests"),
+    Flag("max_message_bytes"),
+    Flag("max_connections", show_default="half the file descriptors free at start"),
+    Flag("reserved_cpus", show_default="1 when 4 or more cores are available, else 0"),
+    Flag("admission", choices=ADMISSION_POLICIES),
+    Flag("slo_ttft_ms"),
+    Flag("slo_tpot_ms"),
+    Flag("drain_timeout_s", flag_name="--drain-timeout"),
+    Flag("metrics_window_s", flag_name="--metrics-window"),
+    Flag("ready_timeout_s", flag_name="--ready-timeout"),
+    Flag("log_level", choices=LOG_LEVELS),
+    Flag("http_host"),
+    Flag("http_port"),
+    Flag("is_http_enabled", flag_name="--http"),
+    Flag("is_warmup_enabled", flag_name="--warmup"),
+    Flag("api_key", envvar=API_KEY_ENV, show_default=f"${API_KEY_ENV}"),
+)
+"""`llmd serve`'s own flags, from ServeOptions (the engine's come from EngineConfig)."""
+SERVE_OPTIONS = [click_option(ServeOptions, flag) for flag in SERVE_FLAGS]
 
 
 def register(main: click.Group) -> None:
@@ -39,142 +72,16 @@ Examples:
 """
 )
 @apply_options(ENGINE_OPTIONS)
-@click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
-@click.option(
-    "--allow-remote",
-    is_flag=True,
-    help="Allow a non-loopback tcp address (the protocol has no authentication).",
-)
-@click.option(
-    "--detach", is_flag=True, help="Run in the background; return once the daemon is healthy."
-)
-@click.option(
-    "--log-file",
-    default=None,
-    show_default="in the runtime directory",
-    help="Log file of a detached daemon.",
-)
-@click.option(
-    "--max-queued-requests",
-    type=int,
-    default=1024,
-    show_default=True,
-    help="Most requests in flight; more are refused with `overloaded`.",
-)
-@click.option(
-    "--max-message-bytes",
-    type=int,
-    default=8 * 1024 * 1024,
-    show_default=True,
-    help="Largest message a client may send.",
-)
-@click.option(
-    "--max-connections",
-    type=int,
-    default=None,
-    show_default="half the file descriptors free at start",
-    help="Most client connections at once; more are refused with a log line.",
-)
-@click.option(
-    "--reserved-cpus",
-    type=int,
-    default=None,
-    show_default="1 when 4 or more cores are available, else 0",
-    help="CPU device: cores kept off the forward pass for the daemon's I/O, text and HTTP "
-    "work (0: no pinning).",
-)
-@click.option(
-    "--admission",
-    type=click.Choice(["queue", "slo"]),
-    default="queue",
-    show_default=True,
-    help="queue: every request waits its turn; slo: refuse at once (429, overloaded) a "
-    "request that could not start within --slo-ttft-ms at the measured prefill rate.",
-)
-@click.option(
-    "--slo-ttft-ms", type=float, default=None, help="Time-to-first-token target for goodput."
-)
-@click.option(
-    "--slo-tpot-ms", type=float, default=None, help="Time-per-output-token target for goodput."
-)
-@click.option(
-    "--drain-timeout",
-    type=float,
-    default=30.0,
-    show_default=True,
-    help="Seconds in-flight requests may take to finish on SIGTERM.",
-)
-@click.option(
-    "--metrics-window",
-    type=float,
-    default=60.0,
-    show_default=True,
-    help="Seconds of history in latency percentiles and rates.",
-)
-@click.option(
-    "--ready-timeout",
-    type=float,
-    default=600.0,
-    show_default=True,
-    help="With --detach: seconds to wait for the daemon to become healthy.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-    help="Least severe log messages written.",
-)
-@click.option(
-    "--http-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Host of the OpenAI-compatible HTTP API (non-loopback needs --allow-remote).",
-)
-@click.option("--http-port", type=int, default=8000, show_default=True, help="HTTP API port.")
-@click.option("--no-http", is_flag=True, help="Do not serve the HTTP API.")
-@click.option(
-    "--no-warmup",
-    is_flag=True,
-    help="Report healthy without first running the warm-up workload on the engine.",
-)
-@click.option(
-    "--api-key",
-    envvar="LLMD_API_KEY",
-    default=None,
-    help="Require 'Authorization: Bearer KEY' on the HTTP /v1 routes (or $LLMD_API_KEY).",
-)
+@apply_options(SERVE_OPTIONS)
 def serve(**kwargs: Any) -> None:
     """Serve a model over ZeroMQ and an OpenAI-compatible HTTP API (foreground unless --detach)."""
     from llmd.daemon.serve import run_serve
-    from llmd.daemon.serve_options import ServeOptions
     from llmd.errors import LLMDError
 
     engine_kwargs = pop_engine_kwargs(kwargs)
     try:
-        options = ServeOptions(
-            address=kwargs["address"],
-            allow_remote=kwargs["allow_remote"],
-            detach=kwargs["detach"],
-            log_file=kwargs["log_file"],
-            max_queued_requests=kwargs["max_queued_requests"],
-            max_message_bytes=kwargs["max_message_bytes"],
-            max_connections=kwargs["max_connections"],
-            reserved_cpus=kwargs["reserved_cpus"],
-            admission=kwargs["admission"],
-            slo_ttft_ms=kwargs["slo_ttft_ms"],
-            slo_tpot_ms=kwargs["slo_tpot_ms"],
-            drain_timeout_s=kwargs["drain_timeout"],
-            metrics_window_s=kwargs["metrics_window"],
-            ready_timeout_s=kwargs["ready_timeout"],
-            log_level=kwargs["log_level"],
-            is_http_enabled=not kwargs["no_http"],
-            is_warmup_enabled=not kwargs["no_warmup"],
-            http_host=kwargs["http_host"],
-            http_port=kwargs["http_port"],
-            api_key=kwargs["api_key"],
-            engine_kwargs=engine_kwargs,
-        )
+        serve_kwargs = {flag.field: kwargs.pop(flag.dest_name) for flag in SERVE_FLAGS}
+        options = ServeOptions(**serve_kwargs, engine_kwargs=engine_kwargs)
         run_serve(options)
     except LLMDError as error:
         raise cli_error(error) from None

@@ -15,6 +15,8 @@ from llmd.errors import InvalidParameterError, require
 from llmd.protocol.codec import DEFAULT_MAX_MESSAGE_BYTES
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+API_KEY_ENV = "LLMD_API_KEY"
+"""The HTTP API key travels in the environment, never on a command line (visible to `ps`)."""
 ADMISSION_POLICIES = ("queue", "slo")
 
 
@@ -29,7 +31,7 @@ class ServeOptions:
     detach: bool = False
     """Run in the background and return once the daemon answers health checks."""
     log_file: str | None = None
-    """Where a detached daemon logs (default: the runtime directory)."""
+    """Where a detached daemon logs; None: in the runtime directory."""
     max_queued_requests: int = 1024
     """Most requests in flight (tokenizing, waiting or running); more get `overloaded`."""
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
@@ -40,8 +42,8 @@ class ServeOptions:
     reserved_cpus: int | None = None
     """On the CPU device, cores kept off the forward pass for the I/O, text, tokenizer and
     HTTP work, which then runs pinned to them while the forward pass's OpenMP team is
-    pinned to the rest (None: 1 when the daemon may use 4 or more cores, else 0; 0: no
-    pinning)."""
+    pinned to the rest; 0: no pinning (None: 1 when the daemon may use 4 or more cores,
+    else 0)."""
     admission: str = "queue"
     """`queue`: every request under max_queued_requests waits its turn; `slo`: one that could
     not start within slo_ttft_ms (its prefill behind the prefill work queued ahead, at the
@@ -57,6 +59,7 @@ class ServeOptions:
     ready_timeout_s: float = 600.0
     """With --detach, how long the parent waits for the daemon to become healthy."""
     log_level: str = "info"
+    """Least severe log messages written."""
     is_warmup_enabled: bool = True
     """Run the warm-up workload on the engine thread before reporting healthy (`--no-warmup`
     skips it): the first minute of serving is then as fast as the tenth."""

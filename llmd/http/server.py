@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import llmd
+from llmd.daemon.serve_options import API_KEY_ENV
 from llmd.errors import InvalidParameterError, LLMDError
-from llmd.http.worker import API_KEY_ENV
 
 logger = logging.getLogger(__name__)
 

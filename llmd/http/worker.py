@@ -20,11 +20,10 @@ from collections.abc import Callable, Coroutine
 
 import uvicorn
 
+from llmd.daemon.serve_options import API_KEY_ENV
 from llmd.http.app import create_app
 from llmd.http.context import HttpContext
 
-API_KEY_ENV = "LLMD_API_KEY"
-"""The key travels in the environment, never on a command line (visible to `ps`)."""
 PARENT_CHECK_S = 0.5
 
 logger = logging.getLogger("llmd.http")
