@@ -48,22 +48,14 @@ class RequestMetrics:
         `num_output_tokens` counts only the first tokens (those delivered before a stop
         string that matched outside the engine), whatever was sampled after them.
         """
-        return cls._derive(request, request.waits.breakdown(request), num_output_tokens)
+        return cls.from_ended(EndedRequest.of(request), num_output_tokens)
 
     @classmethod
     def from_ended(
         cls, ended: EndedRequest, num_output_tokens: int | None = None
     ) -> RequestMetrics:
-        """`from_request` for a request's frozen final state (the daemon's text thread)."""
-        return cls._derive(ended, ended.waits, num_output_tokens)
-
-    @classmethod
-    def _derive(
-        cls,
-        request: Request | EndedRequest,
-        waits: WaitBreakdown,
-        num_output_tokens: int | None,
-    ) -> RequestMetrics:
+        """Derive every latency from a request's frozen final state (one path for both)."""
+        request, waits = ended, ended.waits
         times = request.times
         token_times = times.token_times[:num_output_tokens]  # a copy: the engine may truncate
         itl = tuple(b - a for a, b in itertools.pairwise(token_times))
