@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
-from typing import Any
 
 import zmq
 import zmq.asyncio
@@ -31,6 +30,7 @@ from llmd.protocol import (
     ShutdownRequest,
     StatsReply,
     StatsRequest,
+    StatsSnapshot,
     SubscribeRequest,
     UnsubscribeRequest,
     WireMessage,
@@ -113,7 +113,7 @@ class AsyncClient(ClientShell):
         include_block_map: bool = True,
         timeline_request_id: str | None = None,
         max_requests: int = 64,
-    ) -> dict[str, Any]:
+    ) -> StatsSnapshot:
         """One metrics snapshot."""
         request = StatsRequest(
             self._core.new_id(),
@@ -134,7 +134,7 @@ class AsyncClient(ClientShell):
         include_block_map: bool = True,
         timeline_request_id: str | None = None,
         max_requests: int = 64,
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[StatsSnapshot]:
         """Async-iterate a snapshot every `interval_ms`; closing it unsubscribes."""
         request = SubscribeRequest(
             self._core.new_id(),
@@ -293,7 +293,7 @@ class AsyncClient(ClientShell):
             if not is_ended:
                 await self._send_quietly(AbortRequest(request.id))
 
-    async def _snapshots(self, request: SubscribeRequest) -> AsyncIterator[dict[str, Any]]:
+    async def _snapshots(self, request: SubscribeRequest) -> AsyncIterator[StatsSnapshot]:
         self._open(request.id, is_subscription=True)
         try:
             await self._send_request(request)

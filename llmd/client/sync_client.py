@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Generator, Iterator, Sequence
-from typing import Any
 
 import zmq
 
@@ -30,6 +29,7 @@ from llmd.protocol import (
     ShutdownRequest,
     StatsReply,
     StatsRequest,
+    StatsSnapshot,
     SubscribeRequest,
     UnsubscribeRequest,
     WireMessage,
@@ -106,7 +106,7 @@ class Client(ClientShell):
         include_block_map: bool = True,
         timeline_request_id: str | None = None,
         max_requests: int = 64,
-    ) -> dict[str, Any]:
+    ) -> StatsSnapshot:
         """One metrics snapshot (keys documented in docs/protocol.md)."""
         request = StatsRequest(
             self._core.new_id(),
@@ -127,7 +127,7 @@ class Client(ClientShell):
         include_block_map: bool = True,
         timeline_request_id: str | None = None,
         max_requests: int = 64,
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Iterator[StatsSnapshot]:
         """Yield a snapshot every `interval_ms`; closing the iterator unsubscribes."""
         request = SubscribeRequest(
             self._core.new_id(),
@@ -260,7 +260,7 @@ class Client(ClientShell):
             if not is_ended:
                 self._send_quietly(AbortRequest(request.id))
 
-    def _snapshots(self, request: SubscribeRequest) -> Iterator[dict[str, Any]]:
+    def _snapshots(self, request: SubscribeRequest) -> Iterator[StatsSnapshot]:
         self._core.open(request.id, is_subscription=True)
         try:
             self._send_request(request)

@@ -10,36 +10,55 @@ import time
 from typing import TYPE_CHECKING
 
 from llmd import __version__
-from llmd.daemon.engine_facts import engine_facts
 from llmd.protocol import PROTOCOL_VERSION, HealthReply, HealthRequest
+from llmd.protocol.stats_snapshot import CpuPlacementSection, DaemonSection
 
 if TYPE_CHECKING:
     from llmd.daemon.server import Daemon
 
 
-def daemon_facts(daemon: Daemon) -> dict[str, object]:
-    """The "daemon" section of a stats snapshot."""
+def daemon_facts(daemon: Daemon) -> DaemonSection:
+    """The "daemon" section of a stats snapshot: the engine's facts and the daemon's state."""
+    facts = daemon.facts
     gate = daemon.gate
     admission = daemon.engine_loop.admission
-    return {
-        **engine_facts(daemon.facts),
-        "pid": os.getpid(),
-        "address": str(daemon.address),
-        "instance_id": daemon.instance_id,
-        "state": daemon.state,
-        "error": daemon.dead_message,
-        "uptime_s": time.monotonic() - daemon.started_at,
-        "num_in_flight": len(daemon.routes),
-        "max_queued_requests": daemon.options.max_queued_requests,
-        "num_subscriptions": len(daemon.stats.subscriptions),
-        "log_file": daemon.options.log_file,
-        "cpu_placement": None if daemon.placement is None else daemon.placement.to_dict(),
-        "admission": daemon.options.admission,
-        "num_refused_by_admission": 0 if admission is None else admission.num_refused,
-        "num_connections": None if gate is None else gate.num_connections,
-        "max_connections": None if gate is None else gate.max_connections,
-        "num_refused_connections": None if gate is None else gate.num_refused,
-    }
+    placement = daemon.placement
+    return DaemonSection(
+        model=facts.model,
+        device=facts.device,
+        dtype=facts.dtype,
+        device_name=facts.device_name,
+        max_model_len=facts.max_model_len,
+        num_params=facts.num_params,
+        vocab_size=facts.vocab_size,
+        scheduling_policy=facts.scheduling_policy,
+        max_num_batched_tokens=facts.max_num_batched_tokens,
+        max_num_seqs=facts.max_num_seqs,
+        block_size=facts.block_size,
+        num_blocks=facts.num_blocks,
+        attention_backend=facts.attention_backend,
+        async_scheduling=facts.async_scheduling,
+        version=__version__,
+        protocol_version=PROTOCOL_VERSION,
+        pid=os.getpid(),
+        address=str(daemon.address),
+        instance_id=daemon.instance_id,
+        state=daemon.state,
+        error=daemon.dead_message,
+        uptime_s=time.monotonic() - daemon.started_at,
+        num_in_flight=len(daemon.routes),
+        max_queued_requests=daemon.options.max_queued_requests,
+        num_subscriptions=len(daemon.stats.subscriptions),
+        admission=daemon.options.admission,
+        num_refused_by_admission=0 if admission is None else admission.num_refused,
+        log_file=daemon.options.log_file,
+        cpu_placement=None
+        if placement is None
+        else CpuPlacementSection(placement.forward_cpu_ids, placement.serving_cpu_ids),
+        num_connections=None if gate is None else gate.num_connections,
+        max_connections=None if gate is None else gate.max_connections,
+        num_refused_connections=None if gate is None else gate.num_refused,
+    )
 
 
 def health_reply(daemon: Daemon, peer: bytes, request: HealthRequest) -> HealthReply:

@@ -15,7 +15,7 @@ from llmd.engine.request import FinishReason
 from llmd.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from llmd.daemon.engine_state import EngineState
+    from llmd.engine.engine_snapshot import EngineSnapshot
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class FinishCommand:
 class SnapshotCommand:
     """Collect the engine's part of a stats snapshot and pass it to `on_ready`."""
 
-    on_ready: Callable[[EngineState], None]
+    on_ready: Callable[[EngineSnapshot | None], None]
     include_requests: bool = True
     include_block_map: bool = True
     timeline_request_ids: tuple[str, ...] = ()

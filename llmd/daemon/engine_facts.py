@@ -6,13 +6,11 @@ I/O thread's stats snapshots and the roofline figures read the same numbers.
 
 from __future__ import annotations
 
-from llmd import __version__
 from llmd.daemon.serve_options import ServeOptions
 from llmd.engine.engine_snapshot import EngineFacts
 from llmd.metrics import ServingMetrics
 from llmd.metrics.device_peaks import DevicePeaks, published_peaks
 from llmd.metrics.roofline import DTYPE_BYTES, ModelCost
-from llmd.protocol import PROTOCOL_VERSION
 
 
 def device_peaks(facts: EngineFacts) -> DevicePeaks:
@@ -45,25 +43,3 @@ def serving_metrics(facts: EngineFacts, options: ServeOptions) -> ServingMetrics
         peak_tflop_per_s=peaks.tflop_per_s,
         peak_source=peaks.source,
     )
-
-
-def engine_facts(facts: EngineFacts) -> dict[str, object]:
-    """The engine's part of a snapshot's "daemon" section: what does not change while serving."""
-    return {
-        "model": facts.model,
-        "device": facts.device,
-        "dtype": facts.dtype,
-        "max_model_len": facts.max_model_len,
-        "num_params": facts.num_params,
-        "vocab_size": facts.vocab_size,
-        "device_name": facts.device_name,
-        "scheduling_policy": facts.scheduling_policy,
-        "max_num_batched_tokens": facts.max_num_batched_tokens,
-        "max_num_seqs": facts.max_num_seqs,
-        "block_size": facts.block_size,
-        "num_blocks": facts.num_blocks,
-        "attention_backend": facts.attention_backend,
-        "async_scheduling": facts.async_scheduling,
-        "version": __version__,
-        "protocol_version": PROTOCOL_VERSION,
-    }

@@ -201,7 +201,7 @@ class EngineLoop:
             self._ended(finished, batch)
         elif isinstance(command, SnapshotCommand):
             try:
-                state = collect_engine_state(
+                state: EngineSnapshot | None = collect_engine_state(
                     engine,
                     self._recent,
                     command.include_requests,
@@ -211,7 +211,7 @@ class EngineLoop:
                 )
             except Exception:  # reading changes nothing: serve on, answer without our part
                 logger.exception("collecting the engine's stats failed")
-                state = {}
+                state = None
             command.on_ready(state)
         else:
             raise TypeError(f"unknown engine command {command!r}")

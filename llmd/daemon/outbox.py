@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from llmd.daemon.engine_state import EngineState
+    from llmd.engine.engine_snapshot import EngineSnapshot
 
 
 @dataclass(frozen=True)
@@ -28,12 +28,9 @@ class Send:
 
 @dataclass(frozen=True)
 class SnapshotReady:
-    """The engine thread's part of a stats snapshot, for `peer`'s request or subscription."""
+    """The engine thread's part of the stats snapshot in collection (None: it failed or died)."""
 
-    peer: bytes
-    client_id: str
-    engine_state: EngineState
-    is_subscription: bool
+    engine_snapshot: EngineSnapshot | None
 
 
 @dataclass(frozen=True)

@@ -11,20 +11,23 @@ previous one was sent.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypedDict
 
 from llmd.daemon.engine_commands import SnapshotCommand
 from llmd.daemon.engine_loop import EngineLoop
-from llmd.daemon.engine_state import EngineState, block_map, row_dicts, timeline_dict
+from llmd.daemon.engine_state import block_map
 from llmd.daemon.outbox import Outbox, SnapshotReady
 from llmd.daemon.routes import RouteTable
+from llmd.engine.engine_snapshot import EngineSnapshot
 from llmd.errors import OverloadedError
 from llmd.metrics import ServingMetrics
 from llmd.protocol import StatsRequest, SubscribeRequest, pack_stats_reply, pack_value
+from llmd.protocol.engine_sections import BlockMap, RequestRow, RequestTimeline
+from llmd.protocol.stats_snapshot import DaemonSection, StatsSnapshot
 
 MAX_SUBSCRIPTIONS_PER_PEER = 64
 MAX_SUBSCRIPTIONS = 1024
@@ -68,14 +71,15 @@ def next_tick(now: float, interval_s: float) -> float:
     return (math.floor(now / interval_s) + 1) * interval_s
 
 
-class SnapshotParts(TypedDict):
-    """The optional sections of one collection, as wire maps, built once for every view."""
+@dataclass(frozen=True)
+class SnapshotParts:
+    """The optional sections of one collection, built once for every view of it."""
 
-    timelines: dict[str, dict[str, object] | None]
-    requests: list[dict[str, object]] | None
-    recent: list[dict[str, object]] | None
+    timelines: dict[str, RequestTimeline | None]
+    requests: tuple[RequestRow, ...] | None
+    recent: tuple[RequestRow, ...] | None
     num_requests: int | None
-    block_map: dict[str, object] | None
+    block_map: BlockMap | None
 
 
 class StatsPublisher:
@@ -87,7 +91,7 @@ class StatsPublisher:
         outbox: Outbox,
         routes: RouteTable,
         metrics: ServingMetrics,
-        daemon_facts: Callable[[], dict[str, object]],
+        daemon_facts: Callable[[], DaemonSection],
         send: Callable[[bytes, bytes], None],
     ) -> None:
         self._engine_loop = engine_loop
@@ -153,7 +157,7 @@ class StatsPublisher:
         waiters, self._waiting = self._waiting, []
         self._collecting = waiters
         if self._engine_loop.dead_error is not None or not self._engine_loop.is_alive:
-            self.on_ready(SnapshotReady(b"", "", {}, False))
+            self.on_ready(SnapshotReady(None))
             return
         requests = [w.request for w in waiters]
         timeline_ids = sorted(
@@ -161,8 +165,8 @@ class StatsPublisher:
         )
         outbox = self._outbox
 
-        def on_ready(engine_state: EngineState) -> None:  # runs in the engine thread
-            outbox.post(SnapshotReady(b"", "", engine_state, False))
+        def on_ready(engine_snapshot: EngineSnapshot | None) -> None:  # in the engine thread
+            outbox.post(SnapshotReady(engine_snapshot))
 
         self.num_collections += 1
         self._engine_loop.submit(
@@ -178,7 +182,7 @@ class StatsPublisher:
     def on_ready(self, item: SnapshotReady) -> None:
         """The collection came back: answer each of its waiters, then start the next one."""
         waiters, self._collecting = self._collecting or [], None
-        base, parts = self._split(item.engine_state)
+        base, parts = self._split(item.engine_snapshot)
         packed: dict[tuple[bool, bool, str | None, int], bytes] = {}
         for waiter in waiters:
             if waiter.is_subscription:
@@ -188,56 +192,68 @@ class StatsPublisher:
                 subscription.is_pending = False
             key = waiter.view_key
             if key not in packed:
-                packed[key] = pack_value(self._view(base, parts, key))
+                packed[key] = pack_value(self._view(base, parts, key).to_wire())
             self._send(waiter.peer, pack_stats_reply(waiter.request.id, packed[key]))
         self._collect()
 
     def answer_pending(self) -> None:
         """The engine died: answer what it never will, without its part."""
         if self._collecting is not None:
-            self.on_ready(SnapshotReady(b"", "", {}, False))
+            self.on_ready(SnapshotReady(None))
 
-    def _split(self, engine_state: EngineState) -> tuple[dict[str, object], SnapshotParts]:
+    def _split(self, engine: EngineSnapshot | None) -> tuple[StatsSnapshot, SnapshotParts]:
         """The part every snapshot shares, and the optional parts, built once."""
-        engine_state = engine_state.copy()
-        timelines = engine_state.pop("timelines", {})
-        requests = engine_state.pop("requests", None)
-        copy = engine_state.pop("block_map_copy", None)
-        parts: SnapshotParts = {
-            "timelines": {key: timeline_dict(value) for key, value in timelines.items()},
-            "requests": row_dicts(requests),
-            "recent": row_dicts(engine_state.pop("recent", None)),
-            "num_requests": engine_state.pop("num_requests", None),
-            "block_map": None if copy is None else block_map(copy),
-        }
-        for row, request in zip(parts["requests"] or (), requests or ()):
-            key = self._routes.key_of(request.request_id)
-            row["client_id"] = None if key is None else key[1]
-        for row in parts["recent"] or ():
-            row["client_id"] = None
-        base: dict[str, object] = {
-            "time": time.time(),
-            "daemon": self._daemon_facts(),
-            **self._metrics.snapshot(),
-            **engine_state,
-        }
+        metrics = self._metrics.snapshot()
+        base = StatsSnapshot(
+            time=time.time(),
+            window_s=metrics.window_s,
+            daemon=self._daemon_facts(),
+            latency=metrics.latency,
+            goodput=metrics.goodput,
+            throughput=metrics.throughput,
+            step=metrics.step,
+            hardware=metrics.hardware,
+            totals=metrics.totals,
+            histograms=metrics.histograms,
+            queue=None if engine is None else engine.queue,
+            kv=None if engine is None else engine.kv,
+        )
+        if engine is None:
+            return base, SnapshotParts({}, None, None, None, None)
+        requests = engine.requests
+        if requests is not None:
+            requests = tuple(
+                dataclasses.replace(row, client_id=self._client_id(row.request_id))
+                for row in requests
+            )
+        parts = SnapshotParts(
+            timelines=dict(engine.timelines),
+            requests=requests,
+            recent=engine.recent,
+            num_requests=engine.num_requests if requests is not None else None,
+            block_map=None if engine.block_map is None else block_map(engine.block_map),
+        )
         return base, parts
+
+    def _client_id(self, request_id: str) -> str | None:
+        key = self._routes.key_of(request_id)
+        return None if key is None else key[1]
 
     @staticmethod
     def _view(
-        base: dict[str, object], parts: SnapshotParts, key: tuple[bool, bool, str | None, int]
-    ) -> dict[str, object]:
+        base: StatsSnapshot, parts: SnapshotParts, key: tuple[bool, bool, str | None, int]
+    ) -> StatsSnapshot:
         include_requests, include_block_map, timeline_request_id, max_requests = key
-        snapshot = dict(base)
-        if include_requests and parts["requests"] is not None:
-            snapshot["requests"] = parts["requests"][:max_requests]
-            snapshot["num_requests"] = parts["num_requests"]
-            snapshot["recent"] = (parts["recent"] or [])[:max_requests]  # set with "requests"
-        if timeline_request_id is not None and "queue" in base:
-            snapshot["timeline"] = parts["timelines"].get(timeline_request_id)
-        if include_block_map and parts["block_map"] is not None:
-            snapshot["block_map"] = parts["block_map"]
-        return snapshot
+        changes: dict[str, object] = {}
+        if include_requests and parts.requests is not None:
+            changes["requests"] = parts.requests[:max_requests]
+            changes["num_requests"] = parts.num_requests
+            changes["recent"] = (parts.recent or ())[:max_requests]  # set with "requests"
+        if timeline_request_id is not None:
+            changes["timeline"] = parts.timelines.get(timeline_request_id)
+        if include_block_map:
+            changes["block_map"] = parts.block_map
+        return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
     def run_due(self) -> None:
         """Queue the next snapshot of every subscription that is due."""

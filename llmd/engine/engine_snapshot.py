@@ -2,15 +2,15 @@
 
 Frozen plain data that `LLMEngine.facts()` and `LLMEngine.snapshot()` build, so the daemon
 reads no scheduler, block-manager or runner internals and may hand the result to any
-thread; pure standard library, like the rest of the control plane.
+thread. The sections a snapshot carries on the wire (queue, KV, rows, timelines) are the
+protocol's own types (`llmd.protocol.engine_sections`), re-exported here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from llmd.engine.request_view import RequestRow, RequestTimeline
+from llmd.protocol.engine_sections import KVUsage, QueueCounts, RequestRow, RequestTimeline
 
 
 @dataclass(frozen=True)
@@ -43,65 +43,6 @@ class EngineFacts:
     def kv_bytes_per_token(self, element_size: int) -> int:
         """KV-cache bytes one token takes across all layers (keys and values)."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element_size
-
-
-@dataclass(frozen=True)
-class QueueCounts:
-    """How many requests wait and run, and how many preemptions there were since start."""
-
-    waiting: int
-    running: int
-    preempted: int
-    """Of the waiting, those preempted that await recomputation."""
-    preemptions_total: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """The snapshot's "queue" section (docs/protocol.md)."""
-        return {
-            "waiting": self.waiting,
-            "running": self.running,
-            "preempted": self.preempted,
-            "preemptions_total": self.preemptions_total,
-        }
-
-
-@dataclass(frozen=True)
-class KVUsage:
-    """The KV pool's blocks by state and the prefix cache's hits since start."""
-
-    block_size: int
-    num_total: int
-    num_used: int
-    num_cached: int
-    num_free: int
-    prefix_query_tokens: int
-    prefix_hit_tokens: int
-
-    @property
-    def usage(self) -> float:
-        """Share of the pool held by live requests."""
-        return self.num_used / self.num_total
-
-    @property
-    def prefix_hit_rate(self) -> float | None:
-        """Share of looked-up prompt tokens served from the cache (None: none looked up)."""
-        if not self.prefix_query_tokens:
-            return None
-        return self.prefix_hit_tokens / self.prefix_query_tokens
-
-    def to_dict(self) -> dict[str, Any]:
-        """The snapshot's "kv" section (docs/protocol.md)."""
-        return {
-            "block_size": self.block_size,
-            "num_total": self.num_total,
-            "num_used": self.num_used,
-            "num_cached": self.num_cached,
-            "num_free": self.num_free,
-            "usage": self.usage,
-            "prefix_query_tokens": self.prefix_query_tokens,
-            "prefix_hit_tokens": self.prefix_hit_tokens,
-            "prefix_hit_rate": self.prefix_hit_rate,
-        }
 
 
 @dataclass(frozen=True)
@@ -157,3 +98,14 @@ class EngineSnapshot:
     block_map: BlockMapCopy | None = None
     backlog_tokens: int | None = None
     """Prompt tokens still to prefill over every waiting and running request (if asked)."""
+
+
+__all__ = [
+    "BlockMapCopy",
+    "EngineFacts",
+    "EngineSnapshot",
+    "KVUsage",
+    "Prefilling",
+    "QueueCounts",
+    "SnapshotScope",
+]

@@ -1,76 +1,17 @@
 """A request as the stats see it: one row of the request table, or its whole timeline.
 
-Copied from a live `Request` on the engine's thread into frozen data, so the row can be
-packed on another thread while the request moves on; pure standard library.
+Copied from a live `Request` on the engine's thread into the protocol's frozen rows, so
+the row can be packed on another thread while the request moves on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from llmd.engine.request import Request
 from llmd.engine.wait_tracker import WaitTracker
-from llmd.wait_breakdown import WaitBreakdown
+from llmd.protocol.engine_sections import RequestRow, RequestTimeline
 
 MAX_TIMELINE_POINTS = 256
 """Most events and token times in a timeline (the newest are kept)."""
-
-
-@dataclass(frozen=True)
-class RequestRow:
-    """One row of the request table (the keys of docs/protocol.md's `requests`)."""
-
-    request_id: str
-    label: str | None
-    state: str
-    waiting_on: str | None
-    wait_s: float
-    finish_reason: str | None
-    priority: int
-    num_prompt_tokens: int
-    num_generated_tokens: int
-    max_tokens: int
-    num_computed_tokens: int
-    num_cached_tokens: int
-    num_blocks: int
-    num_preemptions: int
-    prefill_progress: float
-    decode_progress: float
-    age_s: float
-    ttft_s: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The row's wire form."""
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class RequestTimeline:
-    """A request's lifecycle in seconds since its arrival, and why it waited."""
-
-    request_id: str
-    label: str | None
-    state: str
-    waiting_on: str | None
-    waits: WaitBreakdown
-    age_s: float
-    first_scheduled_s: float | None
-    first_token_s: float | None
-    finished_s: float | None
-    events: tuple[tuple[float, str, int], ...]
-    """(seconds, kind, tokens) of the newest MAX_TIMELINE_POINTS events."""
-    token_times_s: tuple[float, ...]
-    num_tokens_total: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """The timeline's wire form."""
-        return {
-            **self.__dict__,
-            "waits": self.waits.to_dict(),
-            "events": [list(event) for event in self.events],
-            "token_times_s": list(self.token_times_s),
-        }
 
 
 def request_row(request: Request, now: float, tracker: WaitTracker) -> RequestRow:

@@ -1,7 +1,8 @@
 """Serving metrics kept by the daemon: sliding-window histograms, rates, goodput, block maps.
 
 Pure standard library, so the daemon records them without torch and the clients and
-terminal apps can reuse the helpers (percentiles, block-map decoding) to read snapshots.
+terminal apps can reuse the helpers (percentiles, block-map merging) to read snapshots; the
+sections they produce are the protocol's typed snapshot sections.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from llmd.metrics.block_map import (
     CACHED,
     FREE,
     SHARED,
-    decode_block_map,
     encode_block_map,
     merge_codes,
 )
@@ -27,7 +27,6 @@ __all__ = [
     "RateMeter",
     "ServingMetrics",
     "SlidingHistogram",
-    "decode_block_map",
     "encode_block_map",
     "merge_codes",
     "percentile",

@@ -7,7 +7,8 @@ most `max_cells` cells and run-length encoded so a snapshot stays a few kilobyte
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+from llmd.protocol.engine_sections import BlockMap
 
 FREE = -1
 """Holds nothing reusable."""
@@ -33,12 +34,8 @@ def merge_codes(codes: Sequence[int]) -> int:
     return best
 
 
-def encode_block_map(owner_codes: Sequence[int], max_cells: int = DEFAULT_MAX_CELLS) -> dict:
-    """Encode per-block codes (an owner index >= 0, FREE, CACHED or SHARED).
-
-    Returns {num_blocks, blocks_per_cell, num_cells, runs}, where runs is a flat list
-    [code, count, code, count, ...] over the cells.
-    """
+def encode_block_map(owner_codes: Sequence[int], max_cells: int = DEFAULT_MAX_CELLS) -> BlockMap:
+    """Encode per-block codes (an owner index >= 0, FREE, CACHED or SHARED) into cells' runs."""
     if max_cells <= 0:
         raise ValueError("max_cells must be positive")
     num_blocks = len(owner_codes)
@@ -52,18 +49,5 @@ def encode_block_map(owner_codes: Sequence[int], max_cells: int = DEFAULT_MAX_CE
             runs[-1] += 1
         else:
             runs += [code, 1]
-    return {
-        "num_blocks": num_blocks,
-        "blocks_per_cell": blocks_per_cell,
-        "num_cells": num_cells,
-        "runs": runs,
-    }
-
-
-def decode_block_map(encoded: dict[str, Any]) -> list[int]:
-    """The per-cell codes of an encoded map."""
-    runs = encoded["runs"]
-    cells: list[int] = []
-    for index in range(0, len(runs), 2):
-        cells.extend([runs[index]] * runs[index + 1])
-    return cells
+    codes = {"free": FREE, "cached": CACHED, "shared": SHARED}
+    return BlockMap(num_blocks, blocks_per_cell, num_cells, tuple(runs), codes=codes)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import Any
+
+from llmd.protocol.metrics_sections import HistogramData
 
 LATENCY_BUCKETS_S = (
     0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
@@ -39,11 +40,6 @@ class BucketHistogram:
         self.sum += value
         self.count += 1
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data for a stats snapshot: bounds, counts (last is +Inf), sum, count."""
-        return {
-            "bounds": list(self.bounds),
-            "counts": list(self.counts),
-            "sum": self.sum,
-            "count": self.count,
-        }
+    def data(self) -> HistogramData:
+        """The snapshot's form: bounds, counts (the last is +Inf), sum and count."""
+        return HistogramData(self.bounds, tuple(self.counts), self.sum, self.count)

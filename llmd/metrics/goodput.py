@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from llmd.metrics.rate import RateMeter
+from llmd.protocol.metrics_sections import GoodputSection
 
 
 class GoodputTracker:
@@ -45,15 +46,15 @@ class GoodputTracker:
             self._good.add(1, now)
         return is_good
 
-    def summary(self, now: float | None = None) -> dict[str, float | int | None]:
+    def summary(self, now: float | None = None) -> GoodputSection:
         """Goodput (requests/s), the fraction meeting the SLOs, and the window's counts."""
         num_completed = int(self._completed.total(now))
         num_good = int(self._good.total(now))
-        return {
-            "slo_ttft_ms": None if self.slo_ttft_s is None else self.slo_ttft_s * 1000,
-            "slo_tpot_ms": None if self.slo_tpot_s is None else self.slo_tpot_s * 1000,
-            "requests_per_s": self._good.rate(now),
-            "fraction": num_good / num_completed if num_completed else None,
-            "num_good": num_good,
-            "num_completed": num_completed,
-        }
+        return GoodputSection(
+            slo_ttft_ms=None if self.slo_ttft_s is None else self.slo_ttft_s * 1000,
+            slo_tpot_ms=None if self.slo_tpot_s is None else self.slo_tpot_s * 1000,
+            requests_per_s=self._good.rate(now),
+            fraction=num_good / num_completed if num_completed else None,
+            num_good=num_good,
+            num_completed=num_completed,
+        )

@@ -11,6 +11,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from llmd.protocol.metrics_sections import WindowSummary
+
 SUMMARY_PERCENTILES = (50, 90, 99)
 
 
@@ -53,19 +55,13 @@ class SlidingHistogram:
         self._expire(self._clock() if now is None else now)
         return [value for _, value in self._samples]
 
-    def summary(self, now: float | None = None) -> dict[str, float | int | None]:
+    def summary(self, now: float | None = None) -> WindowSummary:
         """count, mean, p50, p90, p99 and max of the window (None when it is empty)."""
         values = sorted(self.values(now))
-        result: dict[str, float | int | None] = {"count": len(values)}
         if not values:
-            result.update({"mean": None, **{f"p{q}": None for q in SUMMARY_PERCENTILES}})
-            result["max"] = None
-            return result
-        result["mean"] = sum(values) / len(values)
-        for q in SUMMARY_PERCENTILES:
-            result[f"p{q}"] = percentile(values, q)
-        result["max"] = values[-1]
-        return result
+            return WindowSummary()
+        p50, p90, p99 = (percentile(values, q) for q in SUMMARY_PERCENTILES)
+        return WindowSummary(len(values), sum(values) / len(values), p50, p90, p99, values[-1])
 
     def _expire(self, now: float) -> None:
         horizon = now - self.window_s

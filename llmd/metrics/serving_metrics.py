@@ -16,6 +16,14 @@ from llmd.metrics.goodput import GoodputTracker
 from llmd.metrics.histogram import SlidingHistogram
 from llmd.metrics.rate import RateMeter
 from llmd.metrics.roofline import ModelCost
+from llmd.protocol.metrics_sections import (
+    HardwareSection,
+    LatencySection,
+    MetricsSections,
+    StepSection,
+    ThroughputSection,
+    TotalsSection,
+)
 from llmd.wait_breakdown import WAIT_REASONS
 
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
@@ -141,62 +149,59 @@ class ServingMetrics:
         for gap in metrics.itl:
             self._lifetime["itl"].add(gap)
 
-    def snapshot(self) -> dict[str, Any]:
-        """Plain-dict summary: latency, goodput, throughput, step, hardware, totals."""
+    def snapshot(self) -> MetricsSections:
+        """Every measured section now: latency, goodput, throughput, step, hardware, totals."""
         now = self._clock()
         with self._lock:
             num_steps = self._steps.total(now)
-            return {
-                "window_s": self.window_s,
-                "latency": {name: h.summary(now) for name, h in self._latency.items()},
-                "goodput": self.goodput.summary(now),
-                "throughput": {
-                    "prompt_tokens_per_s": self._prompt_tokens.rate(now),
-                    "generation_tokens_per_s": self._generation_tokens.rate(now),
-                    "requests_per_s": self._finished_requests.rate(now),
-                    "steps_per_s": self._steps.rate(now),
-                    "prompt_tokens_per_step": _ratio(self._prompt_tokens.total(now), num_steps),
-                    "generation_tokens_per_step": _ratio(
+            phase_ms = {
+                f"{phase}_ms": _ratio(meter.total(now) * 1000, num_steps)
+                for phase, meter in self._phase_seconds.items()
+            }
+            prefill_s, decode_s = self._prefill_seconds.total(now), self._decode_seconds.total(now)
+            return MetricsSections(
+                window_s=self.window_s,
+                latency=LatencySection(
+                    **{name: h.summary(now) for name, h in self._latency.items()}
+                ),
+                goodput=self.goodput.summary(now),
+                throughput=ThroughputSection(
+                    prompt_tokens_per_s=self._prompt_tokens.rate(now),
+                    generation_tokens_per_s=self._generation_tokens.rate(now),
+                    requests_per_s=self._finished_requests.rate(now),
+                    steps_per_s=self._steps.rate(now),
+                    prompt_tokens_per_step=_ratio(self._prompt_tokens.total(now), num_steps),
+                    generation_tokens_per_step=_ratio(
                         self._generation_tokens.total(now), num_steps
                     ),
-                },
-                "step": {
-                    "time": self._step_time.summary(now),
-                    "prefill_time_share": _ratio(
-                        self._prefill_seconds.total(now),
-                        self._prefill_seconds.total(now) + self._decode_seconds.total(now),
-                    ),
-                    **{
-                        f"{phase}_ms": _ratio(meter.total(now) * 1000, num_steps)
-                        for phase, meter in self._phase_seconds.items()
-                    },
-                },
-                "hardware": {
-                    "decode_gb_per_s": _ratio(
-                        self._decode_bytes.total(now) / 1e9, self._decode_seconds.total(now)
-                    ),
-                    "prefill_tflop_per_s": _ratio(
-                        self._prefill_flops.total(now) / 1e12, self._prefill_seconds.total(now)
-                    ),
-                    "peak_gb_per_s": self.peak_gb_per_s,
-                    "peak_tflop_per_s": self.peak_tflop_per_s,
-                    "peak_source": self.peak_source,
-                },
-                "totals": {
-                    "steps": int(self._steps.lifetime_total),
-                    "prompt_tokens": int(self._prompt_tokens.lifetime_total),
-                    "generation_tokens": int(self._generation_tokens.lifetime_total),
-                    "preemptions": self.num_preemptions,
-                    "scheduled_seqs": self.num_scheduled_seqs,
-                    "decode_bytes": self._decode_bytes.lifetime_total,
-                    "decode_seconds": self._decode_seconds.lifetime_total,
-                    "prefill_flops": self._prefill_flops.lifetime_total,
-                    "prefill_seconds": self._prefill_seconds.lifetime_total,
-                    "finished": dict(self.finish_counts),
-                    "wait_s": dict(self.wait_seconds),
-                },
-                "histograms": {name: h.to_dict() for name, h in self._lifetime.items()},
-            }
+                ),
+                step=StepSection(
+                    time=self._step_time.summary(now),
+                    prefill_time_share=_ratio(prefill_s, prefill_s + decode_s),
+                    **phase_ms,
+                ),
+                hardware=HardwareSection(
+                    decode_gb_per_s=_ratio(self._decode_bytes.total(now) / 1e9, decode_s),
+                    prefill_tflop_per_s=_ratio(self._prefill_flops.total(now) / 1e12, prefill_s),
+                    peak_gb_per_s=self.peak_gb_per_s,
+                    peak_tflop_per_s=self.peak_tflop_per_s,
+                    peak_source=self.peak_source,
+                ),
+                totals=TotalsSection(
+                    steps=int(self._steps.lifetime_total),
+                    prompt_tokens=int(self._prompt_tokens.lifetime_total),
+                    generation_tokens=int(self._generation_tokens.lifetime_total),
+                    preemptions=self.num_preemptions,
+                    scheduled_seqs=self.num_scheduled_seqs,
+                    decode_bytes=self._decode_bytes.lifetime_total,
+                    decode_seconds=self._decode_seconds.lifetime_total,
+                    prefill_flops=self._prefill_flops.lifetime_total,
+                    prefill_seconds=self._prefill_seconds.lifetime_total,
+                    finished=dict(self.finish_counts),
+                    wait_s=dict(self.wait_seconds),
+                ),
+                histograms={name: h.data() for name, h in self._lifetime.items()},
+            )
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:

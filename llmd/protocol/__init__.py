@@ -45,12 +45,14 @@ from llmd.protocol.errors import (
 )
 from llmd.protocol.logprob_entry import LogprobEntry
 from llmd.protocol.schema import PROTOCOL_VERSION, MessageT, WireMessage, check_envelope
+from llmd.protocol.stats_snapshot import SNAPSHOT_VERSION, StatsSnapshot
 
 __all__ = [
     "CLIENT_MESSAGE_TYPES",
     "DAEMON_MESSAGE_TYPES",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "PROTOCOL_VERSION",
+    "SNAPSHOT_VERSION",
     "AbortRequest",
     "Accepted",
     "Ack",
@@ -72,6 +74,7 @@ __all__ = [
     "ShutdownRequest",
     "StatsReply",
     "StatsRequest",
+    "StatsSnapshot",
     "SubscribeRequest",
     "TokenDelta",
     "UnsubscribeRequest",

@@ -7,12 +7,12 @@ subscriptions at once; a client reads them as a stream of typed events.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from llmd.errors import LLMDError, RequestRejectedError
 from llmd.protocol.errors import error_from_code
 from llmd.protocol.logprob_entry import LogprobEntry
 from llmd.protocol.schema import WireMessage, message_types
+from llmd.protocol.stats_snapshot import StatsSnapshot
 
 FINISH_REASONS = ("stop", "length", "abort", "error")
 HEALTH_STATES = ("warming", "ok", "draining", "dead")
@@ -136,7 +136,7 @@ class StatsReply(Reply):
     """One metrics snapshot (see docs/protocol.md for its keys)."""
 
     TYPE = "stats"
-    snapshot: dict[str, Any] = field(default_factory=dict)
+    snapshot: StatsSnapshot
 
 
 @dataclass(frozen=True)

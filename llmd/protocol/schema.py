@@ -29,7 +29,7 @@ class WireMessage:
     TYPE: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
-        for name, hint in _field_hints(type(self)).items():
+        for name, hint in field_hints(type(self)).items():
             value = getattr(self, name)
             checked = check_value(value, hint, name)
             if checked is not value:
@@ -43,14 +43,16 @@ class WireMessage:
         """The plain dict that is msgpack-encoded."""
         data: dict[str, object] = {"type": self.TYPE, "v": PROTOCOL_VERSION}
         for field in dataclasses.fields(self):  # type: ignore[arg-type]
-            data[field.name] = getattr(self, field.name)
+            value = getattr(self, field.name)
+            to_wire = getattr(value, "to_wire", None)  # a WireData section
+            data[field.name] = value if to_wire is None else to_wire()
         return data
 
     @classmethod
     def from_wire(cls: type[MessageT], data: Mapping[str, object]) -> MessageT:
         """Build from a decoded map; unknown, missing or mistyped fields raise typed errors."""
         check_envelope(data, cls.TYPE)
-        hints = _field_hints(cls)
+        hints = field_hints(cls)
         unknown = sorted(set(data) - set(hints) - set(ENVELOPE_FIELDS))
         if unknown:
             raise InvalidParameterError(f"unknown field in a {cls.TYPE} message", unknown[0])
@@ -96,7 +98,8 @@ _HINTS_BY_CLASS: dict[type, dict[str, object]] = {}
 """Each message class's field annotations, resolved once (get_type_hints is slow)."""
 
 
-def _field_hints(cls: type) -> dict[str, object]:
+def field_hints(cls: type) -> dict[str, object]:
+    """A dataclass's resolved field annotations by name, cached per class."""
     field_hints = _HINTS_BY_CLASS.get(cls)
     if field_hints is None:
         hints = typing.get_type_hints(cls)
@@ -116,6 +119,12 @@ def check_value(value: object, hint: object, name: str) -> object:
 def _conform(value: object, hint: object) -> tuple[bool, object]:
     if hint is Any or hint is object:
         return True, value
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a WireData section
+        if isinstance(value, hint):
+            return True, value
+        if not isinstance(value, dict):
+            return False, value
+        return True, hint.from_wire(value, "")  # type: ignore[attr-defined]
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
         for option in typing.get_args(hint):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 
@@ -15,8 +16,7 @@ import pytest
 
 from llmd.client import Accepted, AsyncClient, Client, Finished, PrefillProgress, TokenDelta
 from llmd.errors import EngineDeadError, InvalidParameterError, OverloadedError
-from llmd.metrics import decode_block_map
-from llmd.protocol import ErrorReply, RequestFailedError
+from llmd.protocol import SNAPSHOT_VERSION, ErrorReply, RequestFailedError, StatsSnapshot
 from llmd.sampling_params import SamplingParams
 from tests.daemon.harness import RawPeer, daemon_env, inprocess_daemon, run_cli
 
@@ -66,51 +66,38 @@ def test_stats_snapshot_contract(daemon):
         stream = client.stream("watch me run", params=LONG)
         _first_token(stream)
         engine_id = next(
-            r["request_id"] for r in client.stats()["requests"] if r["client_id"] is not None
+            r.request_id for r in client.stats().requests or () if r.client_id is not None
         )
         snapshot = client.stats(timeline_request_id=engine_id)
         stream.close()
-    assert {
-        "time",
-        "window_s",
-        "daemon",
-        "latency",
-        "goodput",
-        "throughput",
-        "step",
-        "hardware",
-        "totals",
-        "queue",
-        "kv",
-        "requests",
-        "num_requests",
-        "recent",
-        "timeline",
-        "block_map",
-    } <= set(snapshot)
-    assert {
-        "pid", "address", "model", "device", "device_name", "dtype", "state", "uptime_s",
-        "scheduling_policy", "max_num_batched_tokens", "max_num_seqs", "attention_backend",
-    } <= set(snapshot["daemon"])  # fmt: skip
-    for name in ("ttft", "tpot", "itl", "e2e", "queue"):
-        assert {"count", "mean", "p50", "p90", "p99", "max"} == set(snapshot["latency"][name])
-    assert {
-        "schedule_ms", "prepare_ms", "forward_ms", "sample_ms", "idle_gap_ms", "time",
-        "prefill_time_share",
-    } == set(snapshot["step"])  # fmt: skip
-    assert snapshot["goodput"]["slo_ttft_ms"] == 60_000.0
-    assert snapshot["hardware"]["decode_gb_per_s"] > 0
-    assert snapshot["queue"]["running"] >= 1 and snapshot["kv"]["num_used"] >= 1
-    row = next(r for r in snapshot["requests"] if r["request_id"] == engine_id)
-    assert row["state"] == "running" and row["num_generated_tokens"] >= 1
-    assert row["ttft_s"] is not None and 0 < row["decode_progress"] < 1
-    timeline = snapshot["timeline"]
-    assert timeline["request_id"] == engine_id and timeline["events"][0][1] == "prefill"
-    assert timeline["first_token_s"] >= timeline["first_scheduled_s"] >= 0
-    block_map = snapshot["block_map"]
-    cells = decode_block_map(block_map)
-    owner_index = block_map["owners"].index(engine_id)
-    assert owner_index in cells and len(cells) == block_map["num_cells"] == 256
+    assert isinstance(snapshot, StatsSnapshot) and snapshot.snapshot_version == SNAPSHOT_VERSION
+    assert snapshot.daemon.pid == os.getpid() and snapshot.daemon.state == "ok"
+    assert snapshot.daemon.max_num_seqs >= 1 and snapshot.daemon.attention_backend
+    assert snapshot.goodput.slo_ttft_ms == 60_000.0
+    assert (snapshot.hardware.decode_gb_per_s or 0) > 0
+    assert snapshot.step.forward_ms is not None and snapshot.step.time.count >= 1
+    assert snapshot.queue is not None and snapshot.queue.running >= 1
+    assert snapshot.kv is not None and snapshot.kv.num_used >= 1
+    assert snapshot.requests is not None and snapshot.num_requests == len(snapshot.requests)
+    row = next(r for r in snapshot.requests if r.request_id == engine_id)
+    assert row.state == "running" and row.num_generated_tokens >= 1
+    assert row.ttft_s is not None and 0 < row.decode_progress < 1
+    timeline = snapshot.timeline
+    assert timeline is not None
+    assert timeline.request_id == engine_id and timeline.events[0][1] == "prefill"
+    assert timeline.first_token_s is not None and timeline.first_scheduled_s is not None
+    assert timeline.first_token_s >= timeline.first_scheduled_s >= 0
+    block_map = snapshot.block_map
+    assert block_map is not None
+    cells = block_map.cells()
+    owner_index = block_map.owners.index(engine_id)
+    assert owner_index in cells and len(cells) == block_map.num_cells == 256
+    wire = snapshot.to_wire()  # what a reader without llmd's classes gets
+    assert (
+        wire["kv"]["usage"] == snapshot.kv.usage
+        and wire["latency"]["ttft"]["p50"] == snapshot.latency.ttft.p50
+    )
+    assert wire["requests"][0]["request_id"] == snapshot.requests[0].request_id
 
 
 def test_goodput_and_latency_after_requests(daemon):
@@ -123,9 +110,10 @@ def test_goodput_and_latency_after_requests(daemon):
         "completion_tokens": 6,
         "cached_tokens": 0,
     }
-    assert snapshot["goodput"]["fraction"] == 1.0
-    assert snapshot["latency"]["ttft"]["count"] >= 1
-    assert snapshot["throughput"]["generation_tokens_per_s"] > 0
+    assert snapshot.goodput.fraction == 1.0
+    assert snapshot.latency.ttft.count >= 1
+    assert snapshot.throughput.generation_tokens_per_s > 0
+    assert snapshot.requests is None and snapshot.block_map is None
 
 
 def test_chat_messages_and_validation_errors(daemon):
@@ -179,9 +167,9 @@ async def test_async_client_streams_aborts_and_subscribes(daemon):
         async with contextlib.aclosing(client.subscribe(100, include_block_map=False)) as stats:
             async for snapshot in stats:
                 snapshots.append(snapshot)
-                if snapshot["queue"]["running"] == 0 and len(snapshots) >= 2:
+                if snapshot.queue.running == 0 and len(snapshots) >= 2:
                     break
-        assert snapshots[-1]["kv"]["num_used"] == 0
+        assert snapshots[-1].kv.num_used == 0
         assert (await client.health())["is_healthy"]
     deadline = time.monotonic() + 10.0
     while daemon.stats.subscriptions and time.monotonic() < deadline:  # the unsubscribe is async
@@ -249,7 +237,7 @@ def test_engine_death_fails_in_flight_requests(tiny_model_dir, tmp_path):
         assert (health["status"], health["is_healthy"]) == ("dead", False)
         with pytest.raises(EngineDeadError):
             client.generate("anyone there?")
-        assert client.stats()["daemon"]["state"] == "dead"
+        assert client.stats().daemon.state == "dead"
 
 
 def test_stop_command_drains_then_stops(tiny_model_dir, tmp_path):
