@@ -51,5 +51,5 @@ def daemon_mode(address: str) -> bool:
     from llmd.client import Client
 
     with Client(address) as client:
-        facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-    return facts["async_scheduling"]
+        facts = client.stats(include_requests=False, include_block_map=False).daemon
+    return facts.async_scheduling

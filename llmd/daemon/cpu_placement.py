@@ -39,13 +39,6 @@ class CpuPlacement:
         """True when the forward pass has cores of its own."""
         return not set(self.forward_cpu_ids) & set(self.serving_cpu_ids)
 
-    def to_dict(self) -> dict[str, list[int]]:
-        """The placement as status reports it."""
-        return {
-            "forward_cpu_ids": list(self.forward_cpu_ids),
-            "serving_cpu_ids": list(self.serving_cpu_ids),
-        }
-
 
 def allowed_cpu_ids() -> tuple[int, ...]:
     """The cores this process may run on (sorted); all of them where affinity is unknown."""

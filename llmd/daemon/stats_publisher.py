@@ -203,18 +203,10 @@ class StatsPublisher:
 
     def _split(self, engine: EngineSnapshot | None) -> tuple[StatsSnapshot, SnapshotParts]:
         """The part every snapshot shares, and the optional parts, built once."""
-        metrics = self._metrics.snapshot()
-        base = StatsSnapshot(
-            time=time.time(),
-            window_s=metrics.window_s,
-            daemon=self._daemon_facts(),
-            latency=metrics.latency,
-            goodput=metrics.goodput,
-            throughput=metrics.throughput,
-            step=metrics.step,
-            hardware=metrics.hardware,
-            totals=metrics.totals,
-            histograms=metrics.histograms,
+        base = StatsSnapshot.of(
+            time.time(),
+            self._daemon_facts(),
+            self._metrics.snapshot(),
             queue=None if engine is None else engine.queue,
             kv=None if engine is None else engine.kv,
         )

@@ -30,7 +30,7 @@ from llmd.daemon.thread_names import name_os_thread
 from llmd.engine.detokenizer import IncrementalDetokenizer
 from llmd.engine.ended_request import EndedRequest
 from llmd.engine.request import FinishReason
-from llmd.engine.text_stream import is_ended_on_token
+from llmd.engine.text_stream import TextStream, is_ended_on_token
 from llmd.engine.tokenizer import Tokenizer
 from llmd.errors import EngineDeadError, InvalidParameterError, LLMDError
 from llmd.metrics import ServingMetrics
@@ -206,7 +206,13 @@ class TextWorker:
             self.tokenizer, prompt_token_ids, params.skip_special_tokens, params.stop
         )
         self._live[job.engine_id] = LiveRequest(
-            job.engine_id, job.peer, message.id, message.stream, params, detokenizer, message.label
+            job.engine_id,
+            job.peer,
+            message.id,
+            message.stream,
+            params,
+            TextStream(detokenizer),
+            message.label,
         )
         self.engine_loop.submit(
             AddCommand(

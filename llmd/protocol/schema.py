@@ -110,6 +110,8 @@ def field_hints(cls: type) -> dict[str, object]:
 
 def check_value(value: object, hint: object, name: str) -> object:
     """Return `value` (ints widened to float where a float is due) or raise naming `name`."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return hint.from_wire(value, f"{name}.")  # type: ignore[attr-defined]
     ok, checked = _conform(value, hint)
     if not ok:
         raise InvalidParameterError(f"must be {describe(hint)}, got {_describe_value(value)}", name)

@@ -25,6 +25,7 @@ from llmd.protocol.metrics_sections import (
     HardwareSection,
     HistogramData,
     LatencySection,
+    MetricsSections,
     StepSection,
     ThroughputSection,
     TotalsSection,
@@ -123,6 +124,31 @@ class StatsSnapshot(WireData):
     snapshot_version: int = SNAPSHOT_VERSION
 
     @classmethod
+    def of(
+        cls,
+        time: float,
+        daemon: DaemonSection,
+        metrics: MetricsSections,
+        queue: QueueCounts | None = None,
+        kv: KVUsage | None = None,
+    ) -> StatsSnapshot:
+        """A snapshot of the daemon's facts and measured sections (and the engine's counts)."""
+        return cls(
+            time=time,
+            window_s=metrics.window_s,
+            daemon=daemon,
+            latency=metrics.latency,
+            goodput=metrics.goodput,
+            throughput=metrics.throughput,
+            step=metrics.step,
+            hardware=metrics.hardware,
+            totals=metrics.totals,
+            histograms=metrics.histograms,
+            queue=queue,
+            kv=kv,
+        )
+
+    @classmethod
     def from_wire(cls: type[DataT], data: Mapping[str, object], path: str = "") -> DataT:
         """Read a decoded snapshot; another version raises ProtocolError."""
         version = data.get("snapshot_version")
@@ -132,4 +158,4 @@ class StatsSnapshot(WireData):
                 f"{SNAPSHOT_VERSION}); use a client of the daemon's llmd version",
                 f"{path}snapshot_version",
             )
-        return super().from_wire(data, path)  # type: ignore[misc]
+        return super().from_wire(data, path)

@@ -62,7 +62,10 @@ def convert(value: object, hint: object, name: str) -> Any:
         options = typing.get_args(hint)
         if value is None and type(None) in options:
             return None
-        for option in options:
+        others = [option for option in options if option is not type(None)]
+        if len(others) == 1:  # X | None: X's own error names the field inside it
+            return convert(value, others[0], name)
+        for option in others:
             try:
                 return convert(value, option, name)
             except InvalidParameterError:

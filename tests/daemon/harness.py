@@ -20,7 +20,7 @@ from typing import Any
 import zmq
 
 from llmd.client import Client, DaemonNotRunningError
-from llmd.protocol import Keepalive, decode_daemon_message, pack
+from llmd.protocol import Keepalive, StatsSnapshot, decode_daemon_message, pack
 from tests import scheduling_mode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -310,14 +310,14 @@ def stop_string_in(text: str) -> str | None:
     return None
 
 
-def idle_snapshot(address: str, timeout_s: float = 20.0) -> dict[str, Any]:
+def idle_snapshot(address: str, timeout_s: float = 20.0) -> StatsSnapshot:
     """The first stats snapshot with nothing queued or running and no KV block in use."""
     deadline = time.monotonic() + timeout_s
     with Client(address) as client:
         while True:
             snapshot = client.stats(include_block_map=False)
-            queue, kv = snapshot["queue"], snapshot["kv"]
-            if queue["running"] == queue["waiting"] == kv["num_used"] == 0:
+            queue, kv = snapshot.queue, snapshot.kv
+            if queue.running == queue.waiting == kv.num_used == 0:
                 return snapshot
-            assert time.monotonic() < deadline, (queue, kv["num_used"])
+            assert time.monotonic() < deadline, (queue, kv.num_used)
             time.sleep(0.02)

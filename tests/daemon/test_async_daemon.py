@@ -62,13 +62,13 @@ class Served:
         output = request.output_token_ids
         assert output[: len(delivered)] == delivered, (output, delivered)
         row = recent_row(self.wait_idle(), request_id)
-        assert row["num_generated_tokens"] == len(output) == request.num_output_tokens
+        assert row.num_generated_tokens == len(output) == request.num_output_tokens
         return request
 
 
 def recent_row(snapshot: dict[str, Any], request_id: str) -> dict[str, Any]:
     """The `recent` stats row of a finished request (checked to be its only one)."""
-    rows = [row for row in snapshot["recent"] if row["request_id"] == request_id]
+    rows = [row for row in snapshot.recent if row.request_id == request_id]
     assert len(rows) == 1, f"{request_id} has {len(rows)} recent rows: {rows}"
     return rows[0]
 
@@ -259,7 +259,7 @@ def test_a_client_that_disconnects_mid_stream_frees_everything(served):
         assert request.finish_reason.value == "abort"
         assert PENDING_TOKEN_ID not in request.all_token_ids
         row = recent_row(snapshot, engine_id)
-        assert row["num_generated_tokens"] == request.num_output_tokens < 200
+        assert row.num_generated_tokens == request.num_output_tokens < 200
 
 
 def _generate(client_id: str, prompt: str, max_tokens: int) -> dict[str, Any]:
@@ -335,4 +335,4 @@ def test_the_stats_count_only_the_tokens_a_stopped_request_delivered(tiny_model_
         assert stopped.finish_reason == "stop" and len(stopped.token_ids) < 100
         snapshot = client.stats(include_block_map=False)
     row = recent_row(snapshot, stopped.request_id)
-    assert row["num_generated_tokens"] == stopped.usage["completion_tokens"]
+    assert row.num_generated_tokens == stopped.usage["completion_tokens"]

@@ -71,9 +71,9 @@ def _assert_serving_and_idle(address: str, engine: Any) -> None:
         deadline = time.monotonic() + 20
         while True:
             snapshot = client.stats(include_requests=False, include_block_map=False)
-            if snapshot["queue"]["running"] == snapshot["kv"]["num_used"] == 0:
+            if snapshot.queue.running == snapshot.kv.num_used == 0:
                 break
-            assert time.monotonic() < deadline, snapshot["queue"]
+            assert time.monotonic() < deadline, snapshot.queue
             time.sleep(0.02)
     assert engine.num_integrity_errors == 0
 

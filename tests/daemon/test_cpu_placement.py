@@ -16,6 +16,7 @@ from llmd.client import Client
 from llmd.daemon.cpu_placement import CpuPlacement, plan_placement
 from llmd.daemon.serve_options import ServeOptions
 from llmd.errors import InvalidParameterError
+from llmd.protocol.stats_snapshot import CpuPlacementSection
 from tests.daemon.harness import daemon_env, start_daemon
 from tests.http.http_harness import DAEMON_ARGS, http_daemon
 
@@ -87,8 +88,8 @@ def test_a_daemon_on_two_cores_pins_the_forward_pass_apart(tiny_model_dir, tmp_p
         process = served.process
         with Client(served.address, timeout=10.0) as client:
             client.generate("warm", params={"max_tokens": 2})  # the OpenMP team exists now
-            facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-        assert facts["cpu_placement"] == {"forward_cpu_ids": [second], "serving_cpu_ids": [first]}
+            facts = client.stats(include_requests=False, include_block_map=False).daemon
+        assert facts.cpu_placement == CpuPlacementSection((second,), (first,))
         threads = _threads(process.pid)
         assert threads["llmd-engine"] == {second}, threads
         for name in ("llmd-text", "llmd-gate"):
@@ -112,8 +113,8 @@ def test_two_cores_by_default_pin_nothing(tiny_model_dir, tmp_path):
     )  # fmt: skip
     try:
         with Client(address, timeout=10.0) as client:
-            facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-        assert facts["cpu_placement"] is None
+            facts = client.stats(include_requests=False, include_block_map=False).daemon
+        assert facts.cpu_placement is None
         assert all(cores == pair for cores in _threads(process.pid).values())
     finally:
         process.terminate()
@@ -128,8 +129,8 @@ def test_reserved_cpus_zero_pins_nothing(tiny_model_dir, tmp_path):
     )  # fmt: skip
     try:
         with Client(address, timeout=10.0) as client:
-            facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-        assert facts["cpu_placement"] is None
+            facts = client.stats(include_requests=False, include_block_map=False).daemon
+        assert facts.cpu_placement is None
         allowed = set(os.sched_getaffinity(0))
         assert all(cores == allowed for cores in _threads(process.pid).values())
     finally:

@@ -37,8 +37,8 @@ def _flood(client: Client, flood: zmq.Context, address: str, num: int):
         sockets.append(idle)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-        if facts["num_refused_connections"] > 0:
+        facts = client.stats(include_requests=False, include_block_map=False).daemon
+        if facts.num_refused_connections > 0:
             break
         time.sleep(0.1)
     return sockets, facts
@@ -62,8 +62,8 @@ def test_an_idle_connection_flood_is_refused_not_fatal(tiny_model_dir, tmp_path)
             client.health()  # connected before the flood
             sockets, facts = _flood(client, flood, address, NUM_IDLE_CONNECTIONS)
             assert process.poll() is None, log_path.read_text()
-            assert facts["num_refused_connections"] > 0
-            assert facts["max_connections"] == MAX_CONNECTIONS
+            assert facts.num_refused_connections > 0
+            assert facts.max_connections == MAX_CONNECTIONS
             completion = client.generate("still serving", params={"max_tokens": 2})
             assert completion.finish_reason == "length"
             for idle in sockets:
@@ -71,11 +71,11 @@ def test_an_idle_connection_flood_is_refused_not_fatal(tiny_model_dir, tmp_path)
             flood.destroy(linger=0)  # the idle connections really close now
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:  # the daemon sees them go (monitor events)
-                facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-                if facts["num_connections"] < MAX_CONNECTIONS:
+                facts = client.stats(include_requests=False, include_block_map=False).daemon
+                if facts.num_connections < MAX_CONNECTIONS:
                     break
                 time.sleep(0.1)
-            assert facts["num_connections"] < MAX_CONNECTIONS, facts
+            assert facts.num_connections < MAX_CONNECTIONS, facts
         with Client(address, timeout=10.0) as fresh:  # a new connection once the flood ends
             assert fresh.generate("again", params={"max_tokens": 2}).finish_reason == "length"
         assert process.poll() is None, log_path.read_text()
@@ -112,22 +112,22 @@ def test_a_flood_past_the_hard_descriptor_limit_is_refused_not_fatal(tiny_model_
     flood.set(zmq.MAX_SOCKETS, NUM_FLOOD_CONNECTIONS + 64)
     try:
         with Client(address, timeout=10.0) as client:
-            facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-            max_connections = facts["max_connections"]
+            facts = client.stats(include_requests=False, include_block_map=False).daemon
+            max_connections = facts.max_connections
             assert max_connections < NUM_FLOOD_CONNECTIONS < HARD_DESCRIPTOR_LIMIT * 2
             _, facts = _flood(client, flood, address, NUM_FLOOD_CONNECTIONS)
             assert process.poll() is None, log_path.read_text()
-            assert facts["num_refused_connections"] > 0, facts
+            assert facts.num_refused_connections > 0, facts
             # A burst can overshoot the cap by what libzmq accepted before the pause (those
             # are shut down); it must stay well inside the margin to the hard limit.
-            assert facts["num_connections"] < (max_connections + HARD_DESCRIPTOR_LIMIT) // 2
+            assert facts.num_connections < (max_connections + HARD_DESCRIPTOR_LIMIT) // 2
             completion = client.generate("still serving", params={"max_tokens": 2})
             assert completion.finish_reason == "length"
             flood.destroy(linger=0)
         deadline = time.monotonic() + 30
         while process.poll() is None and time.monotonic() < deadline:
             with Client(address, timeout=10.0) as fresh:  # a new connection once the flood ends
-                if fresh.stats(include_requests=False)["daemon"]["num_connections"] < 5:
+                if fresh.stats(include_requests=False).daemon.num_connections < 5:
                     assert fresh.generate("again", params={"max_tokens": 2}).token_ids
                     break
             time.sleep(0.1)

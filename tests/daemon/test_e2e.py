@@ -214,8 +214,8 @@ def _wait_idle(client: Client, limit_s: float) -> dict:
     deadline = time.monotonic() + limit_s
     while True:
         snapshot = client.stats(include_requests=False, include_block_map=False)
-        is_idle = snapshot["queue"]["running"] == 0 and snapshot["queue"]["waiting"] == 0
-        if (is_idle and snapshot["kv"]["num_used"] == 0) or time.monotonic() > deadline:
+        is_idle = snapshot.queue.running == 0 and snapshot.queue.waiting == 0
+        if (is_idle and snapshot.kv.num_used == 0) or time.monotonic() > deadline:
             return snapshot
         time.sleep(0.02)
 
@@ -230,9 +230,9 @@ def _wait_finished(
     deadline = time.monotonic() + limit_s
     while True:
         snapshot = client.stats(include_block_map=False)
-        is_counted = sum(snapshot["totals"]["finished"].values()) >= num_finished
+        is_counted = sum(snapshot.totals.finished.values()) >= num_finished
         is_listed = request_id is None or any(
-            row["request_id"] == request_id for row in snapshot["recent"]
+            row.request_id == request_id for row in snapshot.recent
         )
         if (is_counted and is_listed) or time.monotonic() > deadline:
             return snapshot
@@ -289,17 +289,17 @@ async def test_50_cancelled_streams_free_everything(served):
             # scenario; here a loaded CI machine gets slack: what must hold is that all is
             # freed.
             snapshot = _wait_idle(client, 10.0)
-            assert snapshot["queue"] == {**snapshot["queue"], "running": 0, "waiting": 0}
-            assert snapshot["kv"]["num_used"] == 0
+            assert (snapshot.queue.running, snapshot.queue.waiting) == (0, 0), snapshot.queue
+            assert snapshot.kv.num_used == 0
             snapshot = _wait_finished(client, sum(finished_before.values()) + 50, 10.0)
         # Cancelled mid-way: all 50 were running with most of their tokens still to come.
-        generated = [row["num_generated_tokens"] for row in busy["requests"]]
+        generated = [row.num_generated_tokens for row in busy.requests]
         if busy["queue"]["running"] == 50 and max(generated, default=0) <= max_tokens // 2:
             break
     assert busy["queue"]["running"] == 50 and busy["kv"]["num_used"] >= 50, busy["queue"]
     assert len(generated) == 50 and min(generated) >= 1 and max(generated) <= max_tokens // 2
     # So every one of the 50 ends as an abort.
-    assert _new_finishes(finished_before, snapshot["totals"]["finished"]) == {"abort": 50}
+    assert _new_finishes(finished_before, snapshot.totals.finished) == {"abort": 50}
 
 
 def _vanish(address: str, max_tokens: int) -> tuple[dict, str, dict]:
@@ -325,7 +325,7 @@ def _vanish(address: str, max_tokens: int) -> tuple[dict, str, dict]:
     peer.close()  # no abort: the daemon notices when a send fails
     with Client(address) as client:
         snapshot = _wait_idle(client, 10.0)
-        assert snapshot["queue"]["running"] == 0 and snapshot["kv"]["num_used"] == 0
+        assert snapshot.queue.running == 0 and snapshot.kv.num_used == 0
         num_finished = sum(finished_before.values()) + 1
         snapshot = _wait_finished(client, num_finished, 10.0, accepted.request_id)
     return finished_before, accepted.request_id, snapshot
@@ -337,12 +337,12 @@ def test_vanished_peer_is_aborted(served):
     max_tokens = 250  # the most the context allows; noticing takes a few tokens
     for _ in range(MAX_ROUNDS):
         finished_before, request_id, snapshot = _vanish(served.address, max_tokens)
-        new_finishes = _new_finishes(finished_before, snapshot["totals"]["finished"])
+        new_finishes = _new_finishes(finished_before, snapshot.totals.finished)
         if new_finishes != {"length": 1}:
             break
     assert new_finishes == {"abort": 1}
-    rows = [row for row in snapshot["recent"] if row["request_id"] == request_id]
-    assert len(rows) == 1, snapshot["recent"]
+    rows = [row for row in snapshot.recent if row.request_id == request_id]
+    assert len(rows) == 1, snapshot.recent
     assert rows[0]["finish_reason"] == "abort"
     assert 1 <= rows[0]["num_generated_tokens"] < max_tokens, rows[0]
 

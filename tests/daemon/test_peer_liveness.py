@@ -69,6 +69,6 @@ def test_a_killed_clients_silent_requests_are_aborted(tiny_model_dir, tmp_path, 
                 client_process.kill()
         with Client(address, timeout=10) as client:
             snapshot = client.stats(include_block_map=False, include_requests=True)
-        assert snapshot["totals"]["finished"] == {"abort": NUM_REQUESTS}
-        assert all(row["num_generated_tokens"] < MAX_TOKENS for row in snapshot["recent"])
-        assert snapshot["kv"]["num_used"] == 0
+        assert snapshot.totals.finished == {"abort": NUM_REQUESTS}
+        assert all(row.num_generated_tokens < MAX_TOKENS for row in snapshot.recent)
+        assert snapshot.kv.num_used == 0

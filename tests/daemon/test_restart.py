@@ -123,7 +123,7 @@ def _restart_round(tiny_model_dir, address: str) -> None:
             assert fresh.generate("new", params={"max_tokens": 2}).finish_reason == "length"
             late.health()  # answered after B saw the stale generate queued before it
             snapshot = fresh.stats(include_block_map=False)
-        assert [row["num_generated_tokens"] for row in snapshot["recent"]] == [2]  # "new" only
+        assert [row.num_generated_tokens for row in snapshot.recent] == [2]  # "new" only
     finally:
         waiting.close()
         late.close()

@@ -60,8 +60,8 @@ def _wait_idle(address: str, timeout_s: float = 30.0) -> dict[str, Any]:
     with Client(address) as client:
         while True:
             snapshot = client.stats(include_block_map=False)
-            queue = snapshot["queue"]
-            if queue["running"] == queue["waiting"] == snapshot["kv"]["num_used"] == 0:
+            queue = snapshot.queue
+            if queue.running == queue.waiting == snapshot.kv.num_used == 0:
                 return snapshot
             assert time.monotonic() < deadline, queue
             time.sleep(0.05)
@@ -74,7 +74,7 @@ def _wait_finished_by_length(address: str, count: int, timeout_s: float = 30.0) 
     with Client(address) as client:
         while True:
             snapshot = client.stats(include_requests=False, include_block_map=False)
-            num_finished = snapshot["totals"]["finished"].get("length", 0)
+            num_finished = snapshot.totals.finished.get("length", 0)
             if num_finished >= count:
                 return
             assert time.monotonic() < deadline, f"{num_finished} of {count} finished by length"

@@ -78,8 +78,8 @@ def test_a_request_held_back_by_a_full_kv_pool_says_kv_blocks(tiny_model_dir, tm
 
     async def look_while_waiting(client, request_id: str) -> None:
         snapshot = await client.stats(timeline_request_id=request_id)
-        seen["row"] = next(r for r in snapshot["requests"] if r["request_id"] == request_id)
-        seen["timeline"] = snapshot["timeline"]
+        seen["row"] = next(r for r in snapshot.requests if r.request_id == request_id)
+        seen["timeline"] = snapshot.timeline
 
     with inprocess_daemon(tiny_model_dir, address, engine=engine):
         (first, second), accepted = asyncio.run(
@@ -100,11 +100,11 @@ def test_a_request_held_back_by_a_full_kv_pool_says_kv_blocks(tiny_model_dir, tm
     assert waits.num_cached_tokens == 0 and waits.num_preemptions == 0
     assert_sums(waits, second.timings)
     # While it waited, the stats said so: its label, what holds it, and its timeline's waits.
-    assert seen["row"]["label"] == LABEL and seen["row"]["state"] == "waiting"
-    assert seen["row"]["waiting_on"] == KV_BLOCKS and seen["row"]["wait_s"] >= 0
-    assert seen["timeline"]["label"] == LABEL
-    assert seen["timeline"]["waiting_on"] == KV_BLOCKS
-    assert set(seen["timeline"]["waits"]["wait_s"]) == set(WAIT_REASONS)
+    assert seen["row"].label == LABEL and seen["row"].state == "waiting"
+    assert seen["row"].waiting_on == KV_BLOCKS and seen["row"].wait_s >= 0
+    assert seen["timeline"].label == LABEL
+    assert seen["timeline"].waiting_on == KV_BLOCKS
+    assert set(seen["timeline"].waits.wait_s) == set(WAIT_REASONS)
     # The daemon's log line about the request names it by its label.
     lines = [r.getMessage() for r in caplog.records if r.name == "llmd.daemon.requests"]
     line = next(m for m in lines if f"request {accepted['second']} (label {LABEL})" in m)

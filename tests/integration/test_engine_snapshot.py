@@ -62,13 +62,13 @@ def test_facts_are_the_checkpoints_and_the_configs(engine, tiny_model_dir):
 
 def test_an_idle_engines_snapshot_is_empty_and_every_block_free(engine):
     snapshot = engine.snapshot()
-    assert snapshot.queue.to_dict() == {
+    assert snapshot.queue.to_wire() == {
         "waiting": 0,
         "running": 0,
         "preempted": 0,
         "preemptions_total": 0,
     }
-    kv = snapshot.kv.to_dict()
+    kv = snapshot.kv.to_wire()
     assert (kv["num_total"], kv["num_free"], kv["num_used"], kv["num_cached"]) == (32, 32, 0, 0)
     assert (kv["usage"], kv["prefix_hit_rate"], kv["block_size"]) == (0.0, None, BLOCK_SIZE)
     assert (snapshot.num_requests, snapshot.prefilling, snapshot.timelines) == (0, (), ())
@@ -112,7 +112,7 @@ def test_snapshot_copies_queues_rows_timelines_and_block_tables(engine):
     assert snapshot.kv.num_used == len(first.block_ids) == 2  # 8 tokens in blocks of 4
     timelines = dict(snapshot.timelines)
     assert timelines["unknown"] is None
-    timeline = timelines["first"].to_dict()
+    timeline = timelines["first"].to_wire()
     assert timeline["request_id"] == "first" and timeline["first_scheduled_s"] is not None
     assert timeline["num_tokens_total"] == 0 and timeline["token_times_s"] == []
     aborted = engine.abort_request("second")

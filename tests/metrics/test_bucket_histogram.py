@@ -13,10 +13,10 @@ def test_values_land_in_the_first_bucket_whose_bound_they_do_not_exceed():
     histogram = BucketHistogram([1, 2, 5])
     for value in (0.5, 1, 1.5, 2, 4.9, 5, 7, 100):
         histogram.add(value)
-    data = histogram.to_dict()
-    assert data["counts"] == [2, 2, 2, 2]  # (<=1: 0.5, 1) (<=2: 1.5, 2) (<=5: 4.9, 5) (+Inf)
-    assert data["count"] == 8 and data["sum"] == pytest.approx(121.9)
-    assert data["bounds"] == [1.0, 2.0, 5.0]
+    data = histogram.data()
+    assert data.counts == (2, 2, 2, 2)  # (<=1: 0.5, 1) (<=2: 1.5, 2) (<=5: 4.9, 5) (+Inf)
+    assert data.count == 8 and data.sum == pytest.approx(121.9)
+    assert data.bounds == (1.0, 2.0, 5.0)
 
 
 def test_bounds_must_increase():
@@ -36,10 +36,10 @@ def test_serving_metrics_lifetime_histograms_count_completed_requests_only():
     metrics.record_request(completed, "stop")
     metrics.record_request(completed, "length")
     metrics.record_request(completed, "abort")
-    histograms = metrics.snapshot()["histograms"]
-    assert histograms["e2e"]["count"] == 2
-    assert histograms["itl"]["count"] == 4
-    assert histograms["prompt_tokens"]["sum"] == 14
-    assert histograms["generation_tokens"]["sum"] == 6
-    assert histograms["decode"]["sum"] == pytest.approx(0.4)
-    assert histograms["queue"]["counts"][1] == 2  # 0.002 lands under the 2.5 ms bound
+    histograms = metrics.snapshot().histograms
+    assert histograms["e2e"].count == 2
+    assert histograms["itl"].count == 4
+    assert histograms["prompt_tokens"].sum == 14
+    assert histograms["generation_tokens"].sum == 6
+    assert histograms["decode"].sum == pytest.approx(0.4)
+    assert histograms["queue"].counts[1] == 2  # 0.002 lands under the 2.5 ms bound

@@ -43,7 +43,7 @@ def test_percentile_matches_a_sorted_reference():
 def test_summary_of_a_window():
     clock = FakeClock()
     histogram = SlidingHistogram(window_s=10, clock=clock)
-    assert histogram.summary() == {
+    assert histogram.summary().to_wire() == {
         "count": 0,
         "mean": None,
         "p50": None,
@@ -54,11 +54,11 @@ def test_summary_of_a_window():
     for value in range(1, 101):
         histogram.add(value / 100)
     summary = histogram.summary()
-    assert summary["count"] == 100
-    assert summary["mean"] == pytest.approx(0.505)
-    assert summary["p50"] == pytest.approx(0.505)
-    assert summary["p99"] == pytest.approx(0.9901)
-    assert summary["max"] == 1.0
+    assert summary.count == 100
+    assert summary.mean == pytest.approx(0.505)
+    assert summary.p50 == pytest.approx(0.505)
+    assert summary.p99 == pytest.approx(0.9901)
+    assert summary.max == 1.0
 
 
 def test_old_samples_expire():
@@ -70,9 +70,9 @@ def test_old_samples_expire():
     assert histogram.values() == [100.0, 1.0]
     clock.now += 5  # the first sample is now 11 s old
     assert histogram.values() == [1.0]
-    assert histogram.summary()["max"] == 1.0
+    assert histogram.summary().max == 1.0
     clock.now += 100
-    assert histogram.summary()["count"] == 0
+    assert histogram.summary().count == 0
 
 
 def test_sample_count_is_capped():

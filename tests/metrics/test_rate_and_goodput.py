@@ -51,15 +51,15 @@ def test_goodput_counts_requests_within_both_slos():
     assert tracker.record(ttft=0.5, tpot=None)  # one token: no TPOT, meets it
     assert not tracker.record(ttft=None, tpot=None)  # never produced a token
     summary = tracker.summary()
-    assert summary["num_completed"] == 5 and summary["num_good"] == 2
-    assert summary["fraction"] == pytest.approx(0.4)
-    assert summary["requests_per_s"] == pytest.approx(0.2)
-    assert (summary["slo_ttft_ms"], summary["slo_tpot_ms"]) == (500.0, 50.0)
+    assert summary.num_completed == 5 and summary.num_good == 2
+    assert summary.fraction == pytest.approx(0.4)
+    assert summary.requests_per_s == pytest.approx(0.2)
+    assert (summary.slo_ttft_ms, summary.slo_tpot_ms) == (500.0, 50.0)
     clock.now += 20
-    assert tracker.summary()["fraction"] is None
+    assert tracker.summary().fraction is None
 
 
 def test_unset_slos_accept_everything():
     tracker = GoodputTracker()
     assert tracker.meets_slo(ttft=100.0, tpot=10.0)
-    assert tracker.summary()["slo_ttft_ms"] is None
+    assert tracker.summary().slo_ttft_ms is None

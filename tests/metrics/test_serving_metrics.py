@@ -73,23 +73,23 @@ def test_steps_give_throughput_split_and_hardware_estimates():
     metrics.record_step(_step(0, 4, 0.002, kv_context_tokens=60), 4, idle_gap_s=0.004)
     metrics.record_step(_step(0, 4, 0.002, kv_context_tokens=64, num_preempted=1), 4, 0.002)
     snapshot = metrics.snapshot()
-    throughput = snapshot["throughput"]
-    assert throughput["prompt_tokens_per_s"] == pytest.approx(5.0)
-    assert throughput["generation_tokens_per_s"] == pytest.approx(0.9)
-    assert throughput["prompt_tokens_per_step"] == pytest.approx(50 / 3)
-    assert throughput["generation_tokens_per_step"] == pytest.approx(3.0)
-    step = snapshot["step"]
-    assert step["forward_ms"] == pytest.approx(14 / 3)
-    assert step["idle_gap_ms"] == pytest.approx(2.0)
-    assert step["schedule_ms"] == pytest.approx(1.0)
-    assert step["time"]["count"] == 3
+    throughput = snapshot.throughput
+    assert throughput.prompt_tokens_per_s == pytest.approx(5.0)
+    assert throughput.generation_tokens_per_s == pytest.approx(0.9)
+    assert throughput.prompt_tokens_per_step == pytest.approx(50 / 3)
+    assert throughput.generation_tokens_per_step == pytest.approx(3.0)
+    step = snapshot.step
+    assert step.forward_ms == pytest.approx(14 / 3)
+    assert step.idle_gap_ms == pytest.approx(2.0)
+    assert step.schedule_ms == pytest.approx(1.0)
+    assert step.time.count == 3
     # Each decode step reads body + output projection (800 params) and 4 embedding rows.
     decode_bytes = 2 * (800 + 4 * 10) * 4 + (60 + 64) * 100
-    assert snapshot["hardware"]["decode_gb_per_s"] == pytest.approx(decode_bytes / 0.004 / 1e9)
+    assert snapshot.hardware.decode_gb_per_s == pytest.approx(decode_bytes / 0.004 / 1e9)
     prefill_flops = 2 * 600 * 50 + 2 * 200 * 1
-    assert snapshot["hardware"]["prefill_tflop_per_s"] == pytest.approx(prefill_flops / 0.01 / 1e12)
-    assert snapshot["totals"]["preemptions"] == 1 and snapshot["totals"]["steps"] == 3
-    assert step["prefill_time_share"] == pytest.approx(0.01 / 0.014)
+    assert snapshot.hardware.prefill_tflop_per_s == pytest.approx(prefill_flops / 0.01 / 1e12)
+    assert snapshot.totals.preemptions == 1 and snapshot.totals.steps == 3
+    assert step.prefill_time_share == pytest.approx(0.01 / 0.014)
 
 
 def test_requests_feed_latency_and_goodput_only_when_completed():
@@ -99,14 +99,14 @@ def test_requests_feed_latency_and_goodput_only_when_completed():
     metrics.record_request(_request_metrics(0.5, 0.01), "stop")
     metrics.record_request(_request_metrics(0.01, 0.01), "abort")
     snapshot = metrics.snapshot()
-    latency = snapshot["latency"]
-    assert latency["ttft"]["count"] == 2 and latency["ttft"]["max"] == 0.5
-    assert latency["itl"]["count"] == 4
-    assert latency["queue"]["mean"] == pytest.approx(0.001)
-    assert snapshot["goodput"]["fraction"] == 0.5
-    assert snapshot["totals"]["finished"] == {"length": 1, "stop": 1, "abort": 1}
+    latency = snapshot.latency
+    assert latency.ttft.count == 2 and latency.ttft.max == 0.5
+    assert latency.itl.count == 4
+    assert latency.queue.mean == pytest.approx(0.001)
+    assert snapshot.goodput.fraction == 0.5
+    assert snapshot.totals.finished == {"length": 1, "stop": 1, "abort": 1}
     clock.now += 11
-    assert metrics.snapshot()["latency"]["ttft"]["count"] == 0
+    assert metrics.snapshot().latency.ttft.count == 0
 
 
 def test_wait_seconds_add_up_per_reason_over_every_finished_request():
@@ -117,7 +117,7 @@ def test_wait_seconds_add_up_per_reason_over_every_finished_request():
         metrics.record_request(
             dataclasses.replace(_request_metrics(0.05, 0.01), waits=breakdown), reason
         )
-    assert metrics.snapshot()["totals"]["wait_s"] == {
+    assert metrics.snapshot().totals.wait_s == {
         "queue": 0.5, "kv_blocks": 3.0, "max_num_seqs": 2.0, "token_budget": 0.0,
         "preempted": 0.0,
     }  # fmt: skip
@@ -125,15 +125,15 @@ def test_wait_seconds_add_up_per_reason_over_every_finished_request():
 
 def test_empty_snapshot_has_no_division_by_zero():
     snapshot = ServingMetrics().snapshot()
-    assert snapshot["throughput"]["prompt_tokens_per_step"] is None
-    assert snapshot["hardware"] == {
+    assert snapshot.throughput.prompt_tokens_per_step is None
+    assert snapshot.hardware.to_wire() == {
         "decode_gb_per_s": None,
         "prefill_tflop_per_s": None,
         "peak_gb_per_s": None,
         "peak_tflop_per_s": None,
         "peak_source": "unknown",
     }
-    assert snapshot["step"]["prefill_time_share"] is None
+    assert snapshot.step.prefill_time_share is None
 
 
 def test_device_peaks_known_gpu_and_unknown():
@@ -146,4 +146,4 @@ def test_device_peaks_known_gpu_and_unknown():
     assert device_peaks("NVIDIA L40X prototype", "bfloat16") == (None, None)
     assert device_peaks("cpu", "float32") == (None, None)
     metrics = ServingMetrics(peak_gb_per_s=4800.0, peak_tflop_per_s=989.0)
-    assert metrics.snapshot()["hardware"]["peak_gb_per_s"] == 4800.0
+    assert metrics.snapshot().hardware.peak_gb_per_s == 4800.0

@@ -31,6 +31,8 @@ from llmd.protocol import (
     encode,
     pack,
 )
+from llmd.protocol.engine_sections import QueueCounts
+from tests.protocol.snapshot_samples import sample_snapshot
 
 CLIENT_EXAMPLES = [
     GenerateRequest("g1", prompt="hello", sampling_params={"max_tokens": 4, "stop": ["."]}),
@@ -54,7 +56,7 @@ DAEMON_EXAMPLES = [
     Finished("g2", "length", None, [1], {"prompt_tokens": 1}, {}, text="a", logprobs=[]),
     ErrorReply(None, "protocol_error", "bad", None),
     ErrorReply("g1", "invalid_parameter", "must be >= 0", "temperature"),
-    StatsReply("s", {"queue": {"running": 1}, "latency": {"ttft": {"p50": None}}}),
+    StatsReply("s", sample_snapshot(queue=QueueCounts(0, 1, 0, 0))),
     HealthReply("h", "ok", True, 1, "m", "ipc:///x", 1.0, 0, "0.1.0", PROTOCOL_VERSION),
     HealthReply(
         "h",
