@@ -19,25 +19,11 @@ if TYPE_CHECKING:
 
 def daemon_facts(daemon: Daemon) -> DaemonSection:
     """The "daemon" section of a stats snapshot: the engine's facts and the daemon's state."""
-    facts = daemon.facts
     gate = daemon.gate
     admission = daemon.engine_loop.admission
     placement = daemon.placement
-    return DaemonSection(
-        model=facts.model,
-        device=facts.device,
-        dtype=facts.dtype,
-        device_name=facts.device_name,
-        max_model_len=facts.max_model_len,
-        num_params=facts.num_params,
-        vocab_size=facts.vocab_size,
-        scheduling_policy=facts.scheduling_policy,
-        max_num_batched_tokens=facts.max_num_batched_tokens,
-        max_num_seqs=facts.max_num_seqs,
-        block_size=facts.block_size,
-        num_blocks=facts.num_blocks,
-        attention_backend=facts.attention_backend,
-        async_scheduling=facts.async_scheduling,
+    return DaemonSection.of(
+        daemon.facts,
         version=__version__,
         protocol_version=PROTOCOL_VERSION,
         pid=os.getpid(),

@@ -2,47 +2,21 @@
 
 Frozen plain data that `LLMEngine.facts()` and `LLMEngine.snapshot()` build, so the daemon
 reads no scheduler, block-manager or runner internals and may hand the result to any
-thread. The sections a snapshot carries on the wire (queue, KV, rows, timelines) are the
-protocol's own types (`llmd.protocol.engine_sections`), re-exported here.
+thread. What of it a snapshot carries on the wire (the facts, queue, KV, rows, timelines)
+are the protocol's own types (`llmd.protocol.engine_sections`), re-exported here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmd.protocol.engine_sections import KVUsage, QueueCounts, RequestRow, RequestTimeline
-
-
-@dataclass(frozen=True)
-class EngineFacts:
-    """What does not change while the engine serves: model, device, limits, KV pool."""
-
-    model: str
-    device: str
-    dtype: str
-    device_name: str
-    """The GPU's name, or "cpu"."""
-    max_model_len: int
-    num_params: int
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    is_tied: bool
-    """True when the output projection shares the input embedding table."""
-    scheduling_policy: str
-    max_num_batched_tokens: int
-    """The scheduler's resolved token budget (at least max_model_len without chunking)."""
-    max_num_seqs: int
-    block_size: int
-    num_blocks: int
-    attention_backend: str
-    async_scheduling: bool
-
-    def kv_bytes_per_token(self, element_size: int) -> int:
-        """KV-cache bytes one token takes across all layers (keys and values)."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element_size
+from llmd.protocol.engine_sections import (
+    EngineFacts,
+    KVUsage,
+    QueueCounts,
+    RequestRow,
+    RequestTimeline,
+)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The engine's sections of a stats snapshot: queue, KV pool, request rows and timelines.
+"""The engine's sections of a stats snapshot: its facts, queue, KV pool, rows and timelines.
 
 Defined with the protocol, not the engine, because both ends use them: the engine builds
 them between steps (frozen copies, safe on any thread) and `llmd top`, `llmd status` and
@@ -11,6 +11,38 @@ from dataclasses import dataclass
 
 from llmd.protocol.wire_data import WireData
 from llmd.wait_breakdown import WaitBreakdown
+
+
+@dataclass(frozen=True)
+class EngineFacts(WireData):
+    """What does not change while the engine serves: model, device, limits, KV pool."""
+
+    model: str
+    device: str
+    dtype: str
+    device_name: str
+    """The GPU's name, or "cpu"."""
+    max_model_len: int
+    num_params: int
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    is_tied: bool
+    """True when the output projection shares the input embedding table."""
+    scheduling_policy: str
+    max_num_batched_tokens: int
+    """The scheduler's resolved token budget (at least max_model_len without chunking)."""
+    max_num_seqs: int
+    block_size: int
+    num_blocks: int
+    attention_backend: str
+    async_scheduling: bool
+
+    def kv_bytes_per_token(self, element_size: int) -> int:
+        """KV-cache bytes one token takes across all layers (keys and values)."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element_size
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,12 @@ refuses a snapshot of another version with a ProtocolError instead of misreading
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from llmd.protocol.engine_sections import (
     BlockMap,
+    EngineFacts,
     KVUsage,
     QueueCounts,
     RequestRow,
@@ -21,14 +23,7 @@ from llmd.protocol.engine_sections import (
 )
 from llmd.protocol.errors import ProtocolError
 from llmd.protocol.metrics_sections import (
-    GoodputSection,
-    HardwareSection,
-    HistogramData,
-    LatencySection,
     MetricsSections,
-    StepSection,
-    ThroughputSection,
-    TotalsSection,
 )
 from llmd.protocol.wire_data import DataT, WireData
 
@@ -44,27 +39,10 @@ class CpuPlacementSection(WireData):
     serving_cpu_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class DaemonSection(WireData):
-    """The daemon and the engine it serves: fixed facts, then its state now."""
+@dataclass(frozen=True, kw_only=True)
+class DaemonSection(EngineFacts):
+    """The engine the daemon serves (its `EngineFacts`), then the daemon's own state now."""
 
-    model: str
-    device: str
-    dtype: str
-    device_name: str
-    """The GPU's name, or "cpu"."""
-    max_model_len: int
-    num_params: int
-    vocab_size: int
-    scheduling_policy: str
-    max_num_batched_tokens: int
-    """The per-step token budget."""
-    max_num_seqs: int
-    block_size: int
-    num_blocks: int
-    attention_backend: str
-    async_scheduling: bool
-    """Whether the engine prepares step N+1 before reading step N's samples."""
     version: str
     protocol_version: int
     pid: int
@@ -89,10 +67,15 @@ class DaemonSection(WireData):
     max_connections: int | None = None
     num_refused_connections: int | None = None
 
+    @classmethod
+    def of(cls, facts: EngineFacts, **daemon_state: Any) -> DaemonSection:
+        """The section for the engine of `facts`, with the daemon's fields as keywords."""
+        return cls(**vars(facts), **daemon_state)
 
-@dataclass(frozen=True)
-class StatsSnapshot(WireData):
-    """One snapshot: daemon facts, measured sections, and the engine's state when alive.
+
+@dataclass(frozen=True, kw_only=True)
+class StatsSnapshot(MetricsSections):
+    """One snapshot: daemon facts, the measured sections, and the engine's state when alive.
 
     `queue` and `kv` are None while the engine is dead; `requests`, `recent`,
     `num_requests`, `timeline` and `block_map` are None unless asked for (a timeline is
@@ -101,16 +84,7 @@ class StatsSnapshot(WireData):
 
     time: float
     """Wall-clock time (Unix seconds)."""
-    window_s: float
-    """What windowed figures cover (--metrics-window)."""
     daemon: DaemonSection
-    latency: LatencySection
-    goodput: GoodputSection
-    throughput: ThroughputSection
-    step: StepSection
-    hardware: HardwareSection
-    totals: TotalsSection
-    histograms: dict[str, HistogramData] = field(default_factory=dict)
     queue: QueueCounts | None = None
     kv: KVUsage | None = None
     requests: tuple[RequestRow, ...] | None = None
@@ -133,20 +107,7 @@ class StatsSnapshot(WireData):
         kv: KVUsage | None = None,
     ) -> StatsSnapshot:
         """A snapshot of the daemon's facts and measured sections (and the engine's counts)."""
-        return cls(
-            time=time,
-            window_s=metrics.window_s,
-            daemon=daemon,
-            latency=metrics.latency,
-            goodput=metrics.goodput,
-            throughput=metrics.throughput,
-            step=metrics.step,
-            hardware=metrics.hardware,
-            totals=metrics.totals,
-            histograms=metrics.histograms,
-            queue=queue,
-            kv=kv,
-        )
+        return cls(time=time, daemon=daemon, **vars(metrics), queue=queue, kv=kv)
 
     @classmethod
     def from_wire(cls: type[DataT], data: Mapping[str, object], path: str = "") -> DataT:
