@@ -13,6 +13,7 @@ import queue
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llmd.daemon.admission import Admission
@@ -56,42 +57,39 @@ def label_text(label: str | None) -> str:
     return "" if label is None else f" (label {label})"
 
 
+@dataclass(eq=False)
 class EngineLoop:
     """Runs `engine.step()` in a thread fed by a command queue."""
 
-    def __init__(
-        self,
-        engine: LLMEngine,
-        metrics: ServingMetrics,
-        on_batch: Callable[[EngineBatch], None],
-        on_death: Callable[[str], None],
-        admission: Admission | None = None,
-        on_warm: Callable[[WarmupReport], None] | None = None,
-        thread: EngineThread | None = None,
-    ) -> None:
-        self.engine = engine
-        self.metrics = metrics
-        self.admission = admission
-        """Refuses, with --admission slo, what could not start within the TTFT target."""
-        self._on_warm = on_warm
-        """Given: the thread first runs the warm-up (`llmd.warmup`), then reports it here."""
-        self._on_batch = on_batch
-        self._on_death = on_death
-        self._commands: queue.SimpleQueue[EngineCommand | None] = queue.SimpleQueue()
-        self._is_stopping = False
-        self._recent: deque[Request] = deque(maxlen=NUM_RECENT_REQUESTS)
-        self.dead_error: str | None = None
-        """Why the engine thread died, once it has."""
-        self._thread = thread
-        """The thread that loaded the engine (`llmd serve`), or one made at start."""
-        self._is_started = False
+    engine: LLMEngine
+    metrics: ServingMetrics
+    on_batch: Callable[[EngineBatch], None]
+    """Given every step's updates, on the engine thread."""
+    on_death: Callable[[str], None]
+    """Given why the engine thread died, once it has."""
+    admission: Admission | None = None
+    """Refuses, with --admission slo, what could not start within the TTFT target."""
+    on_warm: Callable[[WarmupReport], None] | None = None
+    """Given: the thread first runs the warm-up (`llmd.warmup`), then reports it here."""
+    thread: EngineThread | None = None
+    """The thread that loaded the engine (`llmd serve`), or one made at start."""
+    dead_error: str | None = field(default=None, init=False)
+    """Why the engine thread died, once it has."""
+    _commands: queue.SimpleQueue[EngineCommand | None] = field(
+        default_factory=queue.SimpleQueue, init=False
+    )
+    _recent: deque[Request] = field(
+        default_factory=lambda: deque(maxlen=NUM_RECENT_REQUESTS), init=False
+    )
+    _is_stopping: bool = field(default=False, init=False)
+    _is_started: bool = field(default=False, init=False)
 
     def start(self) -> None:
         """Start stepping (after the warm-up, when given)."""
-        if self._thread is None:
-            self._thread = EngineThread()
+        if self.thread is None:
+            self.thread = EngineThread()
         self._is_started = True
-        self._thread.start(self._run)
+        self.thread.start(self._run)
 
     def submit(self, command: EngineCommand) -> None:
         """Queue a command; it runs before the next step."""
@@ -101,23 +99,23 @@ class EngineLoop:
         """Finish the current step and end the thread."""
         self._is_stopping = True
         self._commands.put(None)
-        if self._thread is not None and self._thread.is_alive():
-            self._thread.join(timeout)
+        if self.thread is not None and self.thread.is_alive():
+            self.thread.join(timeout)
 
     @property
     def is_alive(self) -> bool:
         """True while the thread steps (after start, until it ends)."""
-        return self._is_started and self._thread is not None and self._thread.is_alive()
+        return self._is_started and self.thread is not None and self.thread.is_alive()
 
     def _run(self) -> None:
         try:
-            if self._on_warm is not None:  # on this thread: its OpenMP team, its malloc arena
-                self._on_warm(warm_up(self.engine, self._on_warmup_step))
+            if self.on_warm is not None:  # on this thread: its OpenMP team, its malloc arena
+                self.on_warm(warm_up(self.engine, self._on_warmup_step))
             self._loop()
         except BaseException as error:  # anything escaping the loop kills the engine
             logger.exception("engine thread died")
             self.dead_error = f"{type(error).__name__}: {error}"
-            self._on_death(self.dead_error)
+            self.on_death(self.dead_error)
 
     def _on_warmup_step(self, stats: StepStats) -> None:
         if self.admission is not None:  # admission starts with a measured prefill rate
@@ -141,7 +139,7 @@ class EngineLoop:
             else:
                 last_step_end = None
             if batch:
-                self._on_batch(batch)
+                self.on_batch(batch)
 
     def _drain(self, batch: EngineBatch, wait_s: float | None) -> None:
         """Run queued commands; wait up to `wait_s` for the first one when given.

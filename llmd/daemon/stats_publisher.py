@@ -15,7 +15,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmd.daemon.engine_commands import SnapshotCommand
 from llmd.daemon.engine_loop import EngineLoop
@@ -82,31 +82,26 @@ class SnapshotParts:
     block_map: BlockMap | None
 
 
+@dataclass(eq=False)
 class StatsPublisher:
     """Answers stats requests and runs subscriptions; used by the I/O thread only."""
 
-    def __init__(
-        self,
-        engine_loop: EngineLoop,
-        outbox: Outbox,
-        routes: RouteTable,
-        metrics: ServingMetrics,
-        daemon_facts: Callable[[], DaemonSection],
-        send: Callable[[bytes, bytes], None],
-    ) -> None:
-        self._engine_loop = engine_loop
-        self._outbox = outbox
-        self._routes = routes
-        self._metrics = metrics
-        self._daemon_facts = daemon_facts
-        self._send = send
-        self.subscriptions: dict[tuple[bytes, str], Subscription] = {}
-        self._waiting: list[Waiter] = []
-        """Waiters for the next collection."""
-        self._collecting: list[Waiter] | None = None
-        """Waiters of the collection in flight (None when none is)."""
-        self.num_collections = 0
-        """Engine-state collections asked for since start."""
+    engine_loop: EngineLoop
+    outbox: Outbox
+    """Where the engine thread posts its part of a collection."""
+    routes: RouteTable
+    """Client ids of the engine's request ids, for the request table's rows."""
+    metrics: ServingMetrics
+    daemon_facts: Callable[[], DaemonSection]
+    send: Callable[[bytes, bytes], None]
+    """Sends packed bytes to a peer."""
+    subscriptions: dict[tuple[bytes, str], Subscription] = field(default_factory=dict)
+    num_collections: int = 0
+    """Engine-state collections asked for since start."""
+    _waiting: list[Waiter] = field(default_factory=list, init=False)
+    """Waiters for the next collection."""
+    _collecting: list[Waiter] | None = field(default=None, init=False)
+    """Waiters of the collection in flight (None when none is)."""
 
     def subscribe(self, peer: bytes, request: SubscribeRequest) -> None:
         """Start (or replace) a subscription; the first snapshot goes out at once."""
@@ -156,20 +151,20 @@ class StatsPublisher:
             return
         waiters, self._waiting = self._waiting, []
         self._collecting = waiters
-        if self._engine_loop.dead_error is not None or not self._engine_loop.is_alive:
+        if self.engine_loop.dead_error is not None or not self.engine_loop.is_alive:
             self.on_ready(SnapshotReady(None))
             return
         requests = [w.request for w in waiters]
         timeline_ids = sorted(
             {r.timeline_request_id for r in requests if r.timeline_request_id is not None}
         )
-        outbox = self._outbox
+        outbox = self.outbox
 
         def on_ready(engine_snapshot: EngineSnapshot | None) -> None:  # in the engine thread
             outbox.post(SnapshotReady(engine_snapshot))
 
         self.num_collections += 1
-        self._engine_loop.submit(
+        self.engine_loop.submit(
             SnapshotCommand(
                 on_ready,
                 any(r.include_requests for r in requests),
@@ -193,7 +188,7 @@ class StatsPublisher:
             key = waiter.view_key
             if key not in packed:
                 packed[key] = pack_value(self._view(base, parts, key).to_wire())
-            self._send(waiter.peer, pack_stats_reply(waiter.request.id, packed[key]))
+            self.send(waiter.peer, pack_stats_reply(waiter.request.id, packed[key]))
         self._collect()
 
     def answer_pending(self) -> None:
@@ -205,8 +200,8 @@ class StatsPublisher:
         """The part every snapshot shares, and the optional parts, built once."""
         base = StatsSnapshot.of(
             time.time(),
-            self._daemon_facts(),
-            self._metrics.snapshot(),
+            self.daemon_facts(),
+            self.metrics.snapshot(),
             queue=None if engine is None else engine.queue,
             kv=None if engine is None else engine.kv,
         )
@@ -228,7 +223,7 @@ class StatsPublisher:
         return base, parts
 
     def _client_id(self, request_id: str) -> str | None:
-        key = self._routes.key_of(request_id)
+        key = self.routes.key_of(request_id)
         return None if key is None else key[1]
 
     @staticmethod
