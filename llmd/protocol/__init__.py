@@ -114,13 +114,18 @@ def pack_stats_reply(client_id: str, packed_snapshot: bytes) -> bytes:
     return header + b"".join(pack_value(value) for value in fields) + packed_snapshot
 
 
-def parse_message(data: dict[str, object], types: dict[str, type[MessageT]]) -> MessageT:
-    """Turn a decoded map into the message class its "type" names (typed errors otherwise)."""
+def parse_message(
+    data: dict[str, object], types: dict[str, type[MessageT]], is_strict: bool = True
+) -> MessageT:
+    """Turn a decoded map into the message class its "type" names (typed errors otherwise).
+
+    With `is_strict` false, fields the class does not know are ignored (see `from_wire`).
+    """
     message_type = check_envelope(data)
     message_class = types.get(message_type)
     if message_class is None:
         raise ProtocolError(f"unknown message type {message_type!r}", "type")
-    return message_class.from_wire(data)
+    return message_class.from_wire(data, is_strict)
 
 
 def decode_client_message(
@@ -134,9 +139,10 @@ def decode_client_message(
 def decode_daemon_message(
     payload: bytes, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 ) -> DaemonMessage:
-    """Decode and validate a message sent by the daemon."""
+    """Decode and validate a message sent by the daemon (fields a newer one adds are ignored)."""
     # The table is derived from the DaemonMessage union, so every class it holds is one.
-    return cast(DaemonMessage, parse_message(unpack(payload, max_bytes), DAEMON_MESSAGE_TYPES))
+    data = unpack(payload, max_bytes)
+    return cast(DaemonMessage, parse_message(data, DAEMON_MESSAGE_TYPES, is_strict=False))
 
 
 def message_id(data: dict[str, object]) -> str | None:

@@ -49,12 +49,19 @@ class WireMessage:
         return data
 
     @classmethod
-    def from_wire(cls: type[MessageT], data: Mapping[str, object]) -> MessageT:
-        """Build from a decoded map; unknown, missing or mistyped fields raise typed errors."""
+    def from_wire(
+        cls: type[MessageT], data: Mapping[str, object], is_strict: bool = True
+    ) -> MessageT:
+        """Build from a decoded map; missing or mistyped fields raise typed errors.
+
+        Unknown fields raise too when `is_strict` (what the daemon reads: a misspelt
+        option must not be ignored); clients read leniently, so that a newer daemon may
+        add a field to a reply without breaking them.
+        """
         check_envelope(data, cls.TYPE)
         hints = field_hints(cls)
         unknown = sorted(set(data) - set(hints) - set(ENVELOPE_FIELDS))
-        if unknown:
+        if unknown and is_strict:
             raise InvalidParameterError(f"unknown field in a {cls.TYPE} message", unknown[0])
         kwargs: dict[str, object] = {}
         for field in dataclasses.fields(cls):  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ from llmd.protocol import (
     decode_daemon_message,
     encode,
 )
+from tests.protocol.snapshot_samples import sample_snapshot
 
 ADDRESS = "ipc:///tmp/llmd-core-test.sock"
 
@@ -172,10 +173,11 @@ def test_stats_end_with_their_reply_and_subscriptions_go_on():
     core.open(subscription.id, is_subscription=True)
     core.sent(stats)
     core.sent(subscription)
-    core.route(StatsReply(subscription.id, {"n": 1}))
-    core.route(StatsReply(stats.id, {"n": 2}))
+    first, second = sample_snapshot(time=1.0), sample_snapshot(time=2.0)
+    core.route(StatsReply(subscription.id, first))
+    core.route(StatsReply(stats.id, second))
     assert core.in_flight.request_ids() == [subscription.id]
-    assert one_shot_reply(core.take(stats.id)) == StatsReply(stats.id, {"n": 2})
+    assert one_shot_reply(core.take(stats.id)) == StatsReply(stats.id, second)
     with pytest.raises(ProtocolError):
         one_shot_reply(Finished(stats.id, "stop", None, [], {}, {}))
     assert "type" not in health_dict(health_reply("h", "i1"))

@@ -95,6 +95,27 @@ def test_daemon_messages_round_trip(message):
     assert decode_daemon_message(encode(message)) == message
 
 
+@pytest.mark.parametrize("message", DAEMON_EXAMPLES, ids=lambda m: m.TYPE)
+def test_fields_a_newer_daemon_adds_are_ignored_by_clients(message):
+    wire = {**message.to_wire(), "added_in_a_later_release": [1, 2]}
+    assert decode_daemon_message(pack(wire)) == message
+
+
+@pytest.mark.parametrize("message", CLIENT_EXAMPLES, ids=lambda m: m.TYPE)
+def test_the_daemon_refuses_fields_it_does_not_know(message):
+    wire = {**message.to_wire(), "tempreature": 0.5}
+    with pytest.raises(InvalidParameterError) as caught:
+        decode_client_message(pack(wire))
+    assert caught.value.parameter == "tempreature"
+
+
+def test_a_known_field_of_the_wrong_type_is_refused_from_the_daemon_too():
+    wire = {**Accepted("g1", "req-1", 5).to_wire(), "num_prompt_tokens": "five"}
+    with pytest.raises(InvalidParameterError) as caught:
+        decode_daemon_message(pack(wire))
+    assert caught.value.parameter == "num_prompt_tokens"
+
+
 def _generate(**fields):
     return {"type": "generate", "v": 1, "id": "x", "prompt": "p", **fields}
 
