@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from llmd.bench.datasets import Session
+from llmd.bench.driver import Driver
 from llmd.bench.request_record import RequestRecord
 
 
@@ -19,7 +20,7 @@ class LoadGenerator:
 
     def __init__(
         self,
-        driver,
+        driver: Driver,
         sessions: Sequence[Session],
         offsets: Sequence[float],
         max_concurrency: int | None = None,
