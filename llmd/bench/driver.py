@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from llmd.bench.datasets import Turn
 from llmd.bench.request_record import RequestRecord
 from llmd.protocol.stats_snapshot import StatsSnapshot
 
@@ -27,28 +28,23 @@ class Driver:
         return None
 
     async def send(
-        self,
-        record: RequestRecord,
-        prompt_token_ids: list[int] | None,
-        prompt: str | None,
-        max_tokens: int,
+        self, record: RequestRecord, prompt_ids: list[int] | None, turn: Turn
     ) -> list[int]:
-        """Run one request to completion, filling `record`; returns the generated token ids."""
+        """Run `turn` to completion, filling `record`; returns the generated token ids.
+
+        `prompt_ids` is the whole prompt as ids (a session's history included), or None to
+        send the turn's text.
+        """
         output_ids: list[int] = []
         record.sent_s = self.now()
         try:
-            await self._stream(record, prompt_token_ids, prompt, max_tokens, output_ids)
+            await self._stream(record, prompt_ids, turn, output_ids)
         except Exception as error:  # any failure is counted, never dropped
             record.fail(f"{type(error).__name__}: {error}", self.now())
         return output_ids
 
     async def _stream(
-        self,
-        record: RequestRecord,
-        prompt_token_ids: list[int] | None,
-        prompt: str | None,
-        max_tokens: int,
-        output_ids: list[int],
+        self, record: RequestRecord, prompt_ids: list[int] | None, turn: Turn, output_ids: list[int]
     ) -> None:
         """Stream one request, filling `record` and appending generated ids to `output_ids`."""
         raise NotImplementedError

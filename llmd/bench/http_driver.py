@@ -12,6 +12,7 @@ import asyncio
 import json
 from typing import Any
 
+from llmd.bench.datasets import Turn
 from llmd.bench.driver import Driver
 from llmd.bench.request_record import RequestRecord
 from llmd.errors import InvalidParameterError
@@ -58,16 +59,10 @@ class HttpDriver(Driver):
             self._is_llmd = asyncio.ensure_future(self._probe_llmd())
         return await self._is_llmd
 
-    def _body(
-        self,
-        prompt_token_ids: list[int] | None,
-        prompt: str | None,
-        max_tokens: int,
-        asks_timings: bool = False,
-    ):
+    def _body(self, prompt_ids: list[int] | None, turn: Turn, asks_timings: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "prompt": prompt_token_ids if prompt_token_ids is not None else prompt,
-            "max_tokens": max_tokens,
+            "prompt": prompt_ids if prompt_ids is not None else turn.prompt,
+            "max_tokens": turn.max_tokens,
             "temperature": 0.0,
             "ignore_eos": True,
             "stream": True,
@@ -80,16 +75,11 @@ class HttpDriver(Driver):
         return body
 
     async def _stream(
-        self,
-        record: RequestRecord,
-        prompt_token_ids: list[int] | None,
-        prompt: str | None,
-        max_tokens: int,
-        output_ids: list[int],
+        self, record: RequestRecord, prompt_ids: list[int] | None, turn: Turn, output_ids: list[int]
     ) -> None:
         """Stream one request; `output_ids` stay empty (HTTP gives text, not ids)."""
         num_chunks = 0
-        body = self._body(prompt_token_ids, prompt, max_tokens, await self.asks_timings())
+        body = self._body(prompt_ids, turn, await self.asks_timings())
         async with self.client.stream("POST", self.url, json=body) as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode(errors="replace")[:200]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
+from llmd.bench.datasets import Turn
 from llmd.bench.driver import Driver
 from llmd.bench.request_record import RequestRecord
 from llmd.client import AsyncClient
@@ -27,19 +28,12 @@ class ZmqDriver(Driver):
         return await self.client.stats(include_requests=False, include_block_map=False)
 
     async def _stream(
-        self,
-        record: RequestRecord,
-        prompt_token_ids: list[int] | None,
-        prompt: str | None,
-        max_tokens: int,
-        output_ids: list[int],
+        self, record: RequestRecord, prompt_ids: list[int] | None, turn: Turn, output_ids: list[int]
     ) -> None:
         """Stream one request; on finish `output_ids` become the daemon's full list."""
-        params = {"max_tokens": max_tokens, "ignore_eos": True, "temperature": 0.0}
+        params = {"max_tokens": turn.max_tokens, "ignore_eos": True, "temperature": 0.0}
         events = self.client.stream(
-            prompt if prompt_token_ids is None else None,
-            prompt_token_ids=prompt_token_ids,
-            params=params,
+            turn.prompt if prompt_ids is None else None, prompt_token_ids=prompt_ids, params=params
         )
         async with contextlib.aclosing(events) as stream:
             async for event in stream:
