@@ -118,8 +118,15 @@ def test_daemon_window_of_a_dead_engine_has_no_hit_rate():
 
 
 def _kv(prefix_hit_tokens: int, prefix_query_tokens: int) -> KVUsage:
-    return KVUsage(block_size=16, num_total=64, num_used=0, num_cached=0, num_free=64,
-                   prefix_query_tokens=prefix_query_tokens, prefix_hit_tokens=prefix_hit_tokens)
+    return KVUsage(
+        block_size=16,
+        num_total=64,
+        num_used=0,
+        num_cached=0,
+        num_free=64,
+        prefix_query_tokens=prefix_query_tokens,
+        prefix_hit_tokens=prefix_hit_tokens,
+    )
 
 
 def test_server_waits_sum_each_reason_over_the_requests_that_said_why():

@@ -11,7 +11,7 @@ import signal
 import pytest
 
 from llmd.bench.serve import ServeOptions, build_sessions, run_serve_async
-from tests.client.stats_snapshots import stats_snapshot
+from tests.client.stats_snapshots import daemon_section, stats_snapshot
 from tests.daemon.harness import daemon_env, run_cli, start_daemon, wait_dead
 
 pytestmark = pytest.mark.slow
@@ -58,7 +58,8 @@ async def test_random_dataset_under_each_arrival_mode(daemon, arrival):
     expected = [
         len(s.turns[0].prompt_token_ids)
         for s in build_sessions(
-            _options(daemon[0], range_ratio=0.5, seed=7), stats_snapshot()  # vocab 100
+            _options(daemon[0], range_ratio=0.5, seed=7),
+            stats_snapshot(daemon=daemon_section(vocab_size=100)),
         )
     ]
     assert sorted(prompt_lens) == sorted(expected)  # the seeded lengths arrived intact
