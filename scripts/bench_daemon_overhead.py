@@ -117,16 +117,17 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}/v1/completions"
         try:
             with Client(address) as client:
-                facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-            placement = facts.get("cpu_placement")
+                facts = client.stats(include_requests=False, include_block_map=False).daemon
+            placement = facts.cpu_placement
             # The baseline is the engine alone on the daemon's forward-pass cores.
-            forward_cpu_ids = placement["forward_cpu_ids"] if placement else None
+            forward_cpu_ids = list(placement.forward_cpu_ids) if placement else None
             if forward_cpu_ids:
                 os.sched_setaffinity(0, forward_cpu_ids)
             num_threads = len(forward_cpu_ids) if forward_cpu_ids else None
             llm = LLM(args.model, dtype=args.dtype, max_model_len=1024, num_threads=num_threads)
             vocab_size = llm.tokenizer.vocab_size
-            print(f"daemon placement {placement}; offline threads {num_threads}", flush=True)
+            shown = placement.to_wire() if placement else None
+            print(f"daemon placement {shown}; offline threads {num_threads}", flush=True)
             warm = _prompts(2, args.input_len, vocab_size, seed=0)
             _offline_figures(llm, warm, params)
             asyncio.run(_zmq_figures(address, warm, params))

@@ -71,8 +71,8 @@ def _start_daemon(
 def _engine_itl(address: str) -> tuple[float, int]:
     """(sum, count) of the daemon's since-start ITL histogram."""
     with Client(address) as client:
-        data = client.stats(include_requests=False, include_block_map=False)["histograms"]["itl"]
-    return data["sum"], data["count"]
+        data = client.stats(include_requests=False, include_block_map=False).histograms["itl"]
+    return data.sum, data.count
 
 
 def _cpu_s(pid: int) -> float:

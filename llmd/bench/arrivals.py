@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 
+from llmd.bench.positive_number import positive_number
 from llmd.errors import InvalidParameterError
 
 ARRIVAL_KINDS = ("poisson", "gamma", "fixed")
@@ -16,15 +17,12 @@ ARRIVAL_KINDS = ("poisson", "gamma", "fixed")
 
 def parse_rate(text: str) -> float:
     """A request rate in requests per second; "inf" means send everything at once."""
-    try:
-        rate = float(text)
-    except ValueError:
-        raise InvalidParameterError(
-            f"request rate must be a number or inf: {text!r}", "request_rate"
-        ) from None
-    if not rate > 0:
-        raise InvalidParameterError(f"request rate must be positive, got {text}", "request_rate")
-    return rate
+    return positive_number(
+        text,
+        "request_rate",
+        not_a_number=f"request rate must be a number or inf: {text!r}",
+        not_positive=f"request rate must be positive, got {text}",
+    )
 
 
 def arrival_offsets(

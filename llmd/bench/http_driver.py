@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
+from llmd.bench.datasets import Turn
+from llmd.bench.driver import Driver
 from llmd.bench.request_record import RequestRecord
 from llmd.errors import InvalidParameterError
 from llmd.wait_breakdown import WaitBreakdown
@@ -24,7 +25,7 @@ BREAKDOWN_KEYS = tuple(WaitBreakdown().to_dict())
 PHASES = ("queue", "prefill", "ttft", "decode", "tpot", "e2e")
 
 
-class HttpDriver:
+class HttpDriver(Driver):
     """Streams requests to `base_url` + /v1/completions with httpx and fills RequestRecords."""
 
     def __init__(self, base_url: str, model: str | None = None, timeout_s: float = 600.0):
@@ -40,17 +41,9 @@ class HttpDriver:
         self.url = self.root + COMPLETIONS_PATH
         self.model = model
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0))
-        self.started_at = time.perf_counter()
+        super().__init__()
         self._is_llmd: asyncio.Task | None = None
         """Whether the server is llmd (asked once, shared by every request)."""
-
-    def now(self) -> float:
-        """Seconds since the run began (the records' time base)."""
-        return time.perf_counter() - self.started_at
-
-    async def stats(self) -> dict[str, Any]:
-        """An HTTP server has no llmd stats: the daemon-window figures stay empty."""
-        return {}
 
     async def _probe_llmd(self) -> bool:
         """True when GET /version answers like llmd (with a protocol version)."""
@@ -66,16 +59,10 @@ class HttpDriver:
             self._is_llmd = asyncio.ensure_future(self._probe_llmd())
         return await self._is_llmd
 
-    def _body(
-        self,
-        prompt_token_ids: list[int] | None,
-        prompt: str | None,
-        max_tokens: int,
-        asks_timings: bool = False,
-    ):
+    def _body(self, prompt_ids: list[int] | None, turn: Turn, asks_timings: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "prompt": prompt_token_ids if prompt_token_ids is not None else prompt,
-            "max_tokens": max_tokens,
+            "prompt": prompt_ids if prompt_ids is not None else turn.prompt,
+            "max_tokens": turn.max_tokens,
             "temperature": 0.0,
             "ignore_eos": True,
             "stream": True,
@@ -87,39 +74,29 @@ class HttpDriver:
             body["return_timings"] = True
         return body
 
-    async def send(
-        self,
-        record: RequestRecord,
-        prompt_token_ids: list[int] | None,
-        prompt: str | None,
-        max_tokens: int,
-    ) -> list[int]:
-        """Run one request to completion, filling `record`; returns no ids (HTTP gives text)."""
-        record.sent_s = self.now()
+    async def _stream(
+        self, record: RequestRecord, prompt_ids: list[int] | None, turn: Turn, output_ids: list[int]
+    ) -> None:
+        """Stream one request; `output_ids` stay empty (HTTP gives text, not ids)."""
         num_chunks = 0
-        try:
-            body = self._body(prompt_token_ids, prompt, max_tokens, await self.asks_timings())
-            async with self.client.stream("POST", self.url, json=body) as response:
-                if response.status_code != 200:
-                    text = (await response.aread()).decode(errors="replace")[:200]
-                    raise RuntimeError(f"HTTP {response.status_code}: {text}")
-                async for line in response.aiter_lines():
-                    data = line.removeprefix("data:").strip() if line.startswith("data:") else ""
-                    if not data:
-                        continue
-                    if data == DONE_MARKER:
-                        break
-                    num_chunks += self._on_chunk(record, json.loads(data))
-        except Exception as error:  # any failure is counted, never dropped
-            record.fail(f"{type(error).__name__}: {error}", self.now())
-            return []
+        body = self._body(prompt_ids, turn, await self.asks_timings())
+        async with self.client.stream("POST", self.url, json=body) as response:
+            if response.status_code != 200:
+                text = (await response.aread()).decode(errors="replace")[:200]
+                raise RuntimeError(f"HTTP {response.status_code}: {text}")
+            async for line in response.aiter_lines():
+                data = line.removeprefix("data:").strip() if line.startswith("data:") else ""
+                if not data:
+                    continue
+                if data == DONE_MARKER:
+                    break
+                num_chunks += self._on_chunk(record, json.loads(data))
         if record.finish_reason is None:
             record.fail("the stream ended without a finish reason", self.now())
         else:
             record.end(self.now(), record.finish_reason)
         if not record.num_output_tokens:
             record.num_output_tokens = num_chunks  # no usage chunk: one token per chunk
-        return []
 
     def _on_chunk(self, record: RequestRecord, chunk: dict[str, Any]) -> int:
         """Apply one SSE chunk; returns 1 when it carried output text."""

@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from llmd.bench.datasets import Session
+from llmd.bench.driver import Driver
 from llmd.bench.request_record import RequestRecord
 
 
@@ -19,7 +20,7 @@ class LoadGenerator:
 
     def __init__(
         self,
-        driver,
+        driver: Driver,
         sessions: Sequence[Session],
         offsets: Sequence[float],
         max_concurrency: int | None = None,
@@ -57,9 +58,9 @@ class LoadGenerator:
             prompt_ids = None if turn.prompt is not None else history + list(turn.prompt_token_ids)
             if self.slots is not None:
                 async with self.slots:
-                    output_ids = await self._send(record, prompt_ids, turn)
+                    output_ids = await self.driver.send(record, prompt_ids, turn)
             else:
-                output_ids = await self._send(record, prompt_ids, turn)
+                output_ids = await self.driver.send(record, prompt_ids, turn)
             if self.on_done is not None:
                 self.on_done(record)
             if not record.is_ok:
@@ -77,6 +78,3 @@ class LoadGenerator:
             self.records.append(record)
             if self.on_done is not None:
                 self.on_done(record)
-
-    async def _send(self, record: RequestRecord, prompt_ids, turn) -> list[int]:
-        return await self.driver.send(record, prompt_ids, turn.prompt, turn.max_tokens)

@@ -16,6 +16,8 @@ from llmd.bench.capacity import capacity_line, rate_text, render_probes
 from llmd.bench.latency_stats import summarize
 from llmd.bench.request_record import ABORTED, FAILED, RequestRecord
 from llmd.bench.slo import Slo, goodput
+from llmd.protocol.metrics_sections import WindowSummary
+from llmd.protocol.stats_snapshot import StatsSnapshot
 from llmd.wait_breakdown import WAIT_REASONS, WaitBreakdown
 
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
@@ -25,62 +27,55 @@ def _ms(values: Sequence[float | None]) -> list[float]:
     return [value * 1000 for value in values if value is not None]
 
 
-def _delta(before: dict[str, Any], after: dict[str, Any], *path: str) -> float | None:
-    """after - before of a nested counter, or None when either snapshot lacks it."""
-    values = []
-    for snapshot in (before, after):
-        node: Any = snapshot
-        for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
-        if not isinstance(node, (int, float)):
-            return None
-        values.append(node)
-    return values[1] - values[0]
-
-
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or not denominator:
         return None
     return numerator / denominator
 
 
-def daemon_window(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def daemon_window(before: StatsSnapshot, after: StatsSnapshot) -> dict[str, Any]:
     """The daemon's counters over the run: hit rate, preemptions, batch size, GB/s, FLOP/s."""
-    hardware = after.get("hardware", {})
+    was, now, hardware, daemon = before.totals, after.totals, after.hardware, after.daemon
+    num_steps = now.steps - was.steps
+    prefix_hit_rate = None
+    if before.kv is not None and after.kv is not None:  # None while an engine was dead
+        prefix_hit_rate = _ratio(
+            after.kv.prefix_hit_tokens - before.kv.prefix_hit_tokens,
+            after.kv.prefix_query_tokens - before.kv.prefix_query_tokens,
+        )
     return {
-        "steps": _delta(before, after, "totals", "steps"),
-        "preemptions": _delta(before, after, "totals", "preemptions"),
-        "prefix_hit_rate": _ratio(
-            _delta(before, after, "kv", "prefix_hit_tokens"),
-            _delta(before, after, "kv", "prefix_query_tokens"),
-        ),
-        "mean_batch_size": _ratio(
-            _delta(before, after, "totals", "scheduled_seqs"),
-            _delta(before, after, "totals", "steps"),
-        ),
+        "steps": num_steps,
+        "preemptions": now.preemptions - was.preemptions,
+        "prefix_hit_rate": prefix_hit_rate,
+        "mean_batch_size": _ratio(now.scheduled_seqs - was.scheduled_seqs, num_steps),
         "decode_gb_per_s": _ratio(
-            _scaled(_delta(before, after, "totals", "decode_bytes"), 1e-9),
-            _delta(before, after, "totals", "decode_seconds"),
+            (now.decode_bytes - was.decode_bytes) * 1e-9, now.decode_seconds - was.decode_seconds
         ),
         "prefill_flop_per_s": _ratio(
-            _delta(before, after, "totals", "prefill_flops"),
-            _delta(before, after, "totals", "prefill_seconds"),
+            now.prefill_flops - was.prefill_flops, now.prefill_seconds - was.prefill_seconds
         ),
-        "peak_gb_per_s": hardware.get("peak_gb_per_s"),
-        "peak_tflop_per_s": hardware.get("peak_tflop_per_s"),
-        "peak_source": hardware.get("peak_source"),
+        "peak_gb_per_s": hardware.peak_gb_per_s,
+        "peak_tflop_per_s": hardware.peak_tflop_per_s,
+        "peak_source": hardware.peak_source,
         "latency_histograms_ms": {
-            name: {
-                key: (value * 1000 if key != "count" and value is not None else value)
-                for key, value in after.get("latency", {}).get(name, {}).items()
-            }
-            for name in ("ttft", "tpot", "itl", "e2e")
+            name: _summary_ms(after.latency.by_name(name)) for name in LATENCIES
         },
         "config": {
-            key: after.get("daemon", {}).get(key)
-            for key in ("model", "device_name", "dtype", "max_num_batched_tokens", "max_num_seqs")
+            "model": daemon.model,
+            "device_name": daemon.device_name,
+            "dtype": daemon.dtype,
+            "max_num_batched_tokens": daemon.max_num_batched_tokens,
+            "max_num_seqs": daemon.max_num_seqs,
         },
     }
+
+
+def _summary_ms(summary: WindowSummary) -> dict[str, float | None]:
+    """A daemon's window summary in milliseconds (its count stays a count)."""
+    seconds = {"mean": summary.mean, "p50": summary.p50, "p90": summary.p90,
+               "p99": summary.p99, "max": summary.max}  # fmt: skip
+    milliseconds = {key: None if value is None else value * 1000 for key, value in seconds.items()}
+    return {"count": summary.count, **milliseconds}
 
 
 def server_waits(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
@@ -99,16 +94,12 @@ def server_waits(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
     }
 
 
-def _scaled(value: float | None, factor: float) -> float | None:
-    return None if value is None else value * factor
-
-
 def build_result(
     records: Sequence[RequestRecord],
     slo: Slo,
     config: dict[str, Any],
-    before: dict[str, Any] | None = None,
-    after: dict[str, Any] | None = None,
+    before: StatsSnapshot | None = None,
+    after: StatsSnapshot | None = None,
 ) -> dict[str, Any]:
     """Every figure of a run, plus the raw records."""
     completed = [record for record in records if record.is_ok]
@@ -147,7 +138,7 @@ def build_result(
         "server_latency_ms": server_latency,
         "server_waits": server_waits(completed),
         "goodput": {"slo_ms": slo.as_ms(), **goodput(records, slo, duration_s)},
-        "daemon": daemon_window(before, after) if before and after else None,
+        "daemon": None if before is None or after is None else daemon_window(before, after),
         "requests": [record.to_json() for record in records],
     }
 

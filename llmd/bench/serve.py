@@ -25,11 +25,13 @@ from llmd.bench.datasets import (
     shared_prefix_sessions,
     sharegpt_sessions,
 )
+from llmd.bench.driver import Driver
 from llmd.bench.load_generator import LoadGenerator
 from llmd.bench.progress import Progress
 from llmd.bench.report import build_result
 from llmd.bench.slo import Slo
 from llmd.errors import InvalidParameterError
+from llmd.protocol.stats_snapshot import StatsSnapshot
 
 NUM_WARMUP_REQUESTS = 2
 WARMUP_SEED_OFFSET = 1_000_003
@@ -66,8 +68,13 @@ class ServeOptions:
     show_progress: bool = True
 
 
-def _vocab_size(options: ServeOptions, stats: dict[str, Any]) -> int:
-    vocab_size = options.vocab_size or stats.get("daemon", {}).get("vocab_size")
+def _known_vocab_size(options: ServeOptions, stats: StatsSnapshot | None) -> int | None:
+    """--vocab-size, else the daemon's; None from a server without llmd's stats."""
+    return options.vocab_size or (None if stats is None else stats.daemon.vocab_size)
+
+
+def _vocab_size(options: ServeOptions, stats: StatsSnapshot | None) -> int:
+    vocab_size = _known_vocab_size(options, stats)
     if not vocab_size:
         raise InvalidParameterError(
             "the daemon does not report its vocab size; pass --vocab-size", "vocab_size"
@@ -75,14 +82,14 @@ def _vocab_size(options: ServeOptions, stats: dict[str, Any]) -> int:
     return int(vocab_size)
 
 
-def _encoder(options: ServeOptions, stats: dict[str, Any]):
+def _encoder(options: ServeOptions, stats: StatsSnapshot | None):
     """text -> ids with the daemon's tokenizer.json when it can be found locally, else None."""
     from llmd.bench.local_tokenizer import find_encoder
 
-    return find_encoder(options.tokenizer or stats.get("daemon", {}).get("model"))
+    return find_encoder(options.tokenizer or (None if stats is None else stats.daemon.model))
 
 
-def build_sessions(options: ServeOptions, stats: dict[str, Any]) -> list[Session]:
+def build_sessions(options: ServeOptions, stats: StatsSnapshot | None) -> list[Session]:
     """The seeded workload the options describe."""
     if options.num_prompts < 1:
         raise InvalidParameterError("num_prompts must be at least 1", "num_prompts")
@@ -134,7 +141,7 @@ def shifted_sessions(sessions: list[Session], shift: int, vocab_size: int) -> li
 
 
 async def run_serve_async(
-    options: ServeOptions, driver=None, token_shift: int = 0
+    options: ServeOptions, driver: Driver | None = None, token_shift: int = 0
 ) -> dict[str, Any]:
     """Run the benchmark against the daemon and return every figure (see report.py).
 
@@ -160,8 +167,8 @@ async def run_serve_async(
         before = await driver.stats()
         sessions = build_sessions(options, before)
         if token_shift:
-            vocab_size = options.vocab_size or before.get("daemon", {}).get("vocab_size")
-            sessions = shifted_sessions(sessions, token_shift, int(vocab_size or 0))
+            vocab_size = _known_vocab_size(options, before) or 0
+            sessions = shifted_sessions(sessions, token_shift, vocab_size)
         kind = (
             "gamma"
             if options.burstiness != 1.0 and options.arrival == "poisson"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llmd.bench.positive_number import positive_number
 from llmd.bench.request_record import RequestRecord
 from llmd.errors import InvalidParameterError
 
@@ -35,14 +36,12 @@ class Slo:
                 raise InvalidParameterError(
                     f"bad SLO item {item!r}: expected NAME=MS with NAME one of {SLO_NAMES}", "slo"
                 )
-            try:
-                milliseconds = float(value)
-            except ValueError:
-                raise InvalidParameterError(
-                    f"SLO {name} is not a number: {value!r}", "slo"
-                ) from None
-            if not milliseconds > 0:
-                raise InvalidParameterError(f"SLO {name} must be positive, got {value}", "slo")
+            milliseconds = positive_number(
+                value,
+                "slo",
+                not_a_number=f"SLO {name} is not a number: {value!r}",
+                not_positive=f"SLO {name} must be positive, got {value}",
+            )
             values[f"{name}_s"] = milliseconds / 1000
         return cls(**values)
 

@@ -1,11 +1,14 @@
 """What `llmd status` and the chat's /stats show: a status report from a stats snapshot.
 
-Pure functions of the snapshot dict, shared by the CLI and the TUI.
+Pure functions of a typed snapshot, shared by the CLI and the TUI.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
+
+from llmd.protocol.engine_sections import KVUsage, QueueCounts
+from llmd.protocol.stats_snapshot import StatsSnapshot
 
 
 class QueueReport(TypedDict):
@@ -53,39 +56,52 @@ class StatusReport(_StatusFields, total=False):
     """Added by `llmd status`, which knows where the daemon's log file is."""
 
 
-def status_report(snapshot: dict[str, Any]) -> StatusReport:
-    """The fields `llmd status` shows, from a stats snapshot."""
-    daemon = snapshot.get("daemon", {})
-    queue = snapshot.get("queue", {})
-    kv = snapshot.get("kv", {})
+def status_report(snapshot: StatsSnapshot) -> StatusReport:
+    """The fields `llmd status` shows, from a stats snapshot (queue and kv None while dead)."""
+    daemon, queue, kv = snapshot.daemon, snapshot.queue, snapshot.kv
     return {
         "running": True,
-        "state": daemon.get("state"),
-        "error": daemon.get("error"),
-        "address": daemon.get("address"),
-        "pid": daemon.get("pid"),
-        "model": daemon.get("model"),
-        "device": daemon.get("device"),
-        "dtype": daemon.get("dtype"),
-        "max_model_len": daemon.get("max_model_len"),
-        "max_num_seqs": daemon.get("max_num_seqs"),
-        "max_num_batched_tokens": daemon.get("max_num_batched_tokens"),
-        "version": daemon.get("version"),
-        "uptime_s": daemon.get("uptime_s"),
-        "queue": {
-            "in_flight": daemon.get("num_in_flight"),
-            "waiting": queue.get("waiting"),
-            "running": queue.get("running"),
-            "preempted": queue.get("preempted"),
-        },
-        "kv": {
-            "num_used": kv.get("num_used"),
-            "num_cached": kv.get("num_cached"),
-            "num_free": kv.get("num_free"),
-            "num_total": kv.get("num_total"),
-            "usage": kv.get("usage"),
-            "prefix_hit_rate": kv.get("prefix_hit_rate"),
-        },
+        "state": daemon.state,
+        "error": daemon.error,
+        "address": daemon.address,
+        "pid": daemon.pid,
+        "model": daemon.model,
+        "device": daemon.device,
+        "dtype": daemon.dtype,
+        "max_model_len": daemon.max_model_len,
+        "max_num_seqs": daemon.max_num_seqs,
+        "max_num_batched_tokens": daemon.max_num_batched_tokens,
+        "version": daemon.version,
+        "uptime_s": daemon.uptime_s,
+        "queue": _queue_report(daemon.num_in_flight, queue),
+        "kv": _kv_report(kv),
+    }
+
+
+def _queue_report(num_in_flight: int, queue: QueueCounts | None) -> QueueReport:
+    """The queue part; without an engine only the daemon's in-flight count is known."""
+    if queue is None:
+        return {"in_flight": num_in_flight, "waiting": None, "running": None, "preempted": None}
+    return {
+        "in_flight": num_in_flight,
+        "waiting": queue.waiting,
+        "running": queue.running,
+        "preempted": queue.preempted,
+    }
+
+
+def _kv_report(kv: KVUsage | None) -> KvReport:
+    """The KV part; every value None without an engine (a dead one has no pool)."""
+    if kv is None:
+        return {"num_used": None, "num_cached": None, "num_free": None, "num_total": None,
+                "usage": None, "prefix_hit_rate": None}  # fmt: skip
+    return {
+        "num_used": kv.num_used,
+        "num_cached": kv.num_cached,
+        "num_free": kv.num_free,
+        "num_total": kv.num_total,
+        "usage": kv.usage,
+        "prefix_hit_rate": kv.prefix_hit_rate,
     }
 
 

@@ -11,7 +11,12 @@ from typing import Any
 
 import click
 
-from llmd.commands.bench_options import capacity_options, pop_capacity, serve_options
+from llmd.commands.bench_options import (
+    capacity_options,
+    file_option,
+    pop_capacity,
+    serve_options,
+)
 from llmd.commands.help_text import ADDRESS_DEFAULT, ADDRESS_HELP
 from llmd.errors import LLMDError
 
@@ -70,13 +75,7 @@ Examples:
 )
 @serve_options
 @capacity_options
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write every figure and each request's raw timings here.",
-)
+@file_option("--json", "json_path", help="Write every figure and each request's raw timings here.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.pass_context
 def serve_command(
@@ -205,14 +204,7 @@ Examples:
 """,
 )
 @click.argument("folder", type=click.Path(file_okay=False, exists=True))
-@click.option(
-    "--png",
-    "png_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    show_default="FOLDER/sweep.png",
-    help="Where to write the PNG.",
-)
+@file_option("--png", "png_path", show_default="FOLDER/sweep.png", help="Where to write the PNG.")
 @click.option("--slo", default=None, help="Re-judge goodput under ttft=MS,tpot=MS,e2e=MS.")
 def plot_command(folder: str, png_path: str | None, slo: str | None) -> None:
     """Re-draw a sweep's table, charts and PNG from its saved points (nothing is re-run)."""

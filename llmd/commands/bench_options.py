@@ -13,6 +13,12 @@ if TYPE_CHECKING:
     from llmd.bench.capacity import CapacityOptions
 
 
+def file_option(*names: str, help: str, **settings: Any) -> Any:
+    """A click option naming one file (not a folder), None when not given."""
+    file_type = click.Path(dir_okay=False)
+    return click.option(*names, type=file_type, default=None, help=help, **settings)
+
+
 def serve_options(function):
     """The workload options shared by `bench serve` and `bench sweep`."""
     options = [
@@ -72,12 +78,7 @@ def serve_options(function):
             show_default=True,
             help="multi-turn: user turns per session.",
         ),
-        click.option(
-            "--dataset-path",
-            type=click.Path(dir_okay=False),
-            default=None,
-            help="sharegpt: a ShareGPT JSON or JSONL file.",
-        ),
+        file_option("--dataset-path", help="sharegpt: a ShareGPT JSON or JSONL file."),
         click.option(
             "--tokenizer",
             default=None,

@@ -160,7 +160,7 @@ def status(address: str | None, as_json: bool) -> None:
             sys.exit(1)
         raise cli_error(error) from None
     report = status_report(snapshot)
-    log_path = files.log_path(snapshot.get("daemon", {}).get("log_file"))
+    log_path = files.log_path(snapshot.daemon.log_file)
     report["log_file"] = None if log_path is None else str(log_path)
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -208,10 +208,10 @@ def _reported_log_file(address: str) -> str | None:
 
     try:
         with Client(address, timeout=2.0) as client:
-            facts = client.stats(include_requests=False, include_block_map=False)
+            snapshot = client.stats(include_requests=False, include_block_map=False)
     except DaemonNotRunningError:
         return None
-    return facts.get("daemon", {}).get("log_file")
+    return snapshot.daemon.log_file
 
 
 def _wait_for_lock_release(address: str, timeout_s: float) -> None:

@@ -50,8 +50,8 @@ class HttpContext:
         """The served model (asked of the daemon the first time)."""
         if self._model is None:
             snapshot = await self.client.stats(include_requests=False, include_block_map=False)
-            daemon = snapshot["daemon"]
-            self._model = ServedModel(daemon["model"], daemon["max_model_len"], int(time.time()))
+            daemon = snapshot.daemon
+            self._model = ServedModel(daemon.model, daemon.max_model_len, int(time.time()))
         return self._model
 
     async def check_model(self, requested: str | None) -> ServedModel:

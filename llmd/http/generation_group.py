@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from llmd.client import AsyncClient, Completion, StreamEvent
 from llmd.protocol import Accepted
@@ -120,29 +120,27 @@ class GenerationGroup:
                 results[index] = result
         return [result for result in results if result is not None]
 
+    def _request(self, prompt: PromptInput) -> dict[str, Any]:
+        """The client keyword arguments of one prompt, streamed or not."""
+        return {
+            "messages": prompt.get("messages"),
+            "prompt_token_ids": prompt.get("prompt_token_ids"),
+            "params": prompt.get("params", self._params),
+            "label": self._label,
+        }
+
     async def _pump(self, index: int, prompt: PromptInput) -> None:
         try:
+            request = self._request(prompt)
             if self._stream:
-                stream = self._client.stream(
-                    prompt.get("prompt"),
-                    messages=prompt.get("messages"),
-                    prompt_token_ids=prompt.get("prompt_token_ids"),
-                    params=prompt.get("params", self._params),
-                    label=self._label,
-                )
+                stream = self._client.stream(prompt.get("prompt"), **request)
                 async with contextlib.aclosing(stream) as events:
                     async for event in events:
                         if self._is_cancelled:
                             break  # closing the stream sends the abort
                         self._queue.put_nowait((index, event))
             else:
-                completion = await self._client.generate(
-                    prompt.get("prompt"),
-                    messages=prompt.get("messages"),
-                    prompt_token_ids=prompt.get("prompt_token_ids"),
-                    params=prompt.get("params", self._params),
-                    label=self._label,
-                )
+                completion = await self._client.generate(prompt.get("prompt"), **request)
                 self._queue.put_nowait((index, completion))
         except asyncio.CancelledError:
             raise

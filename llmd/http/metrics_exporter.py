@@ -6,8 +6,7 @@ rendered by prometheus_client under vLLM's names with an `llmd:` prefix.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -18,26 +17,38 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from llmd.protocol.metrics_sections import HistogramData
+from llmd.protocol.stats_snapshot import StatsSnapshot
 from llmd.wait_breakdown import WAIT_REASONS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 FINISH_REASONS = ("stop", "length", "abort", "error")
 """Always exported (at zero until they happen), so rate() works from the first scrape."""
 
-# snapshot queue/kv key -> (metric name, help)
-_GAUGES = (
-    ("queue", "running", "num_requests_running", "Requests in the running batch."),
-    ("queue", "waiting", "num_requests_waiting", "Requests waiting to be scheduled."),
-    ("queue", "preempted", "num_requests_preempted", "Waiting requests that were preempted."),
-    ("kv", "usage", "kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0-1)."),
-)
-_COUNTERS = (
-    ("totals", "prompt_tokens", "prompt_tokens", "Prompt tokens computed (prefill)."),
-    ("totals", "generation_tokens", "generation_tokens", "Tokens generated."),
-    ("totals", "preemptions", "num_preemptions", "Requests preempted (recomputed later)."),
-    ("kv", "prefix_query_tokens", "prefix_cache_queries", "Prompt tokens looked up in the cache."),
-    ("kv", "prefix_hit_tokens", "prefix_cache_hits", "Prompt tokens served from the cache."),
-)
+Reader = Callable[[StatsSnapshot], "float | None"]
+"""One figure of a snapshot; None when its section is absent (queue and kv of a dead engine)."""
+
+# (metric name, help, how to read it from a snapshot)
+_GAUGES: tuple[tuple[str, str, Reader], ...] = (
+    ("num_requests_running", "Requests in the running batch.",
+     lambda s: None if s.queue is None else s.queue.running),
+    ("num_requests_waiting", "Requests waiting to be scheduled.",
+     lambda s: None if s.queue is None else s.queue.waiting),
+    ("num_requests_preempted", "Waiting requests that were preempted.",
+     lambda s: None if s.queue is None else s.queue.preempted),
+    ("kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0-1).",
+     lambda s: None if s.kv is None else s.kv.usage),
+)  # fmt: skip
+_COUNTERS: tuple[tuple[str, str, Reader], ...] = (
+    ("prompt_tokens", "Prompt tokens computed (prefill).", lambda s: s.totals.prompt_tokens),
+    ("generation_tokens", "Tokens generated.", lambda s: s.totals.generation_tokens),
+    ("num_preemptions", "Requests preempted (recomputed later).",
+     lambda s: s.totals.preemptions),
+    ("prefix_cache_queries", "Prompt tokens looked up in the cache.",
+     lambda s: None if s.kv is None else s.kv.prefix_query_tokens),
+    ("prefix_cache_hits", "Prompt tokens served from the cache.",
+     lambda s: None if s.kv is None else s.kv.prefix_hit_tokens),
+)  # fmt: skip
 _HISTOGRAMS = (
     ("ttft", "time_to_first_token_seconds", "Arrival to first token."),
     ("tpot", "request_time_per_output_token_seconds", "Mean time per output token."),
@@ -54,62 +65,58 @@ _HISTOGRAMS = (
 class SnapshotCollector(Collector):
     """Metric families of one stats snapshot (a fresh registry renders it per scrape)."""
 
-    def __init__(self, snapshot: dict[str, Any], prefix: str = "llmd:") -> None:
+    def __init__(self, snapshot: StatsSnapshot, prefix: str = "llmd:") -> None:
         self.snapshot = snapshot
         self.prefix = prefix
 
     def collect(self) -> Iterator[Metric]:
         """Gauges, counters and histograms present in the snapshot."""
-        daemon = self.snapshot.get("daemon", {})
         labels = ["model_name"]
-        model = [str(daemon.get("model", ""))]
+        model = [self.snapshot.daemon.model]
         for family_class, table in ((GaugeMetricFamily, _GAUGES), (CounterMetricFamily, _COUNTERS)):
-            for section, key, name, doc in table:
-                value = self.snapshot.get(section, {}).get(key)
+            for name, doc, read in table:
+                value = read(self.snapshot)
                 if value is not None:
                     family = family_class(self.prefix + name, doc, labels=labels)
                     family.add_metric(model, value)
                     yield family
-        finished = self.snapshot.get("totals", {}).get("finished", {})
+        totals = self.snapshot.totals
         success = CounterMetricFamily(
             self.prefix + "request_success",
             "Finished requests by finish reason.",
             labels=[*labels, "finished_reason"],
         )
-        for reason in sorted(set(FINISH_REASONS) | set(finished)):
-            success.add_metric([*model, reason], finished.get(reason, 0))
+        for reason in sorted(set(FINISH_REASONS) | set(totals.finished)):
+            success.add_metric([*model, reason], totals.finished.get(reason, 0))
         yield success
-        wait_s = self.snapshot.get("totals", {}).get("wait_s")
-        if wait_s is not None:
-            waits = CounterMetricFamily(
-                self.prefix + "request_wait_seconds",
-                "Seconds finished requests waited for admission, by wait reason.",
-                labels=[*labels, "reason"],
-            )
-            for reason in WAIT_REASONS:
-                waits.add_metric([*model, reason], wait_s.get(reason, 0.0))
-            yield waits
-        histograms = self.snapshot.get("histograms", {})
+        waits = CounterMetricFamily(
+            self.prefix + "request_wait_seconds",
+            "Seconds finished requests waited for admission, by wait reason.",
+            labels=[*labels, "reason"],
+        )
+        for reason in WAIT_REASONS:
+            waits.add_metric([*model, reason], totals.wait_s.get(reason, 0.0))
+        yield waits
         for key, name, doc in _HISTOGRAMS:
-            data = histograms.get(key)
+            data = self.snapshot.histograms.get(key)
             if data is not None:
                 histogram = HistogramMetricFamily(self.prefix + name, doc, labels=labels)
-                histogram.add_metric(model, _cumulative_buckets(data), data["sum"])
+                histogram.add_metric(model, _cumulative_buckets(data), data.sum)
                 yield histogram
 
 
-def render(snapshot: dict[str, Any]) -> bytes:
+def render(snapshot: StatsSnapshot) -> bytes:
     """The Prometheus text exposition of `snapshot`."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snapshot))
     return generate_latest(registry)
 
 
-def _cumulative_buckets(data: dict[str, Any]) -> list[tuple[str, float]]:
+def _cumulative_buckets(data: HistogramData) -> list[tuple[str, float]]:
     """Per-bucket counts (last: +Inf) as Prometheus' cumulative `le` buckets."""
-    buckets = []
+    buckets: list[tuple[str, float]] = []
     total = 0
-    for bound, count in zip([*data["bounds"], float("inf")], data["counts"]):
+    for bound, count in zip([*data.bounds, float("inf")], data.counts):
         total += count
         buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), total))
     return buckets

@@ -42,13 +42,14 @@ def run_connections_at_hard_limit(
     try:
         own.start()
         _flood(own, num_connections, result)
-        facts = own.stats()["daemon"] if own.is_running() else {}
+        facts = own.stats().daemon if own.is_running() else None
     finally:
         own.stop()
     result.counts["daemon_hard_nofile"] = hard_nofile
-    result.counts["max_connections"] = facts.get("max_connections")
-    result.counts["num_refused_connections"] = facts.get("num_refused_connections")
-    num_refused = facts.get("num_refused_connections") or 0
+    result.counts["max_connections"] = None if facts is None else facts.max_connections
+    num_refused = None if facts is None else facts.num_refused_connections
+    result.counts["num_refused_connections"] = num_refused
+    num_refused = num_refused or 0
     result.check("connections past the limit are refused", num_refused > 0)
     result.check("the refusals are logged", "(--max-connections)" in own.log_tail(100_000))
     return result.finish()

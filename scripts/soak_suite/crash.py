@@ -161,14 +161,14 @@ async def _round(
     await asyncio.gather(*tasks, return_exceptions=True)
     await asyncio.sleep(SETTLE_S)
     snapshot = daemon.stats()
-    totals = snapshot["totals"]
-    num_finished = sum(totals["finished"].values())
+    totals = snapshot.totals
+    num_finished = sum(totals.finished.values())
     executed = {}
-    if totals["prompt_tokens"] or num_finished or snapshot["daemon"]["num_in_flight"]:
+    if totals.prompt_tokens or num_finished or snapshot.daemon.num_in_flight:
         executed = {
-            "prompt_tokens": totals["prompt_tokens"],
-            "finished": totals["finished"],
-            "in_flight": snapshot["daemon"]["num_in_flight"],
+            "prompt_tokens": totals.prompt_tokens,
+            "finished": totals.finished,
+            "in_flight": snapshot.daemon.num_in_flight,
         }
     try:
         completion = await asyncio.wait_for(

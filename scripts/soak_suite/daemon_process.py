@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llmd.client import Client, DaemonNotRunningError
+from llmd.protocol import StatsSnapshot
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = REPO_ROOT / "llmd" / "default_model"
@@ -154,12 +155,12 @@ class DaemonProcess:
         """Open descriptors of the daemon."""
         return len(os.listdir(f"/proc/{self.pid}/fd"))
 
-    def stats(self, timeout_s: float = 10.0) -> dict[str, Any]:
+    def stats(self, timeout_s: float = 10.0) -> StatsSnapshot:
         """A stats snapshot without per-request rows or the block map."""
         with Client(self.address, timeout=timeout_s) as client:
             return client.stats(include_requests=False, include_block_map=False)
 
-    def wait_idle(self, timeout_s: float = 30.0) -> dict[str, Any]:
+    def wait_idle(self, timeout_s: float = 30.0) -> StatsSnapshot:
         """Wait until nothing is in flight, waiting or running; return that snapshot."""
         deadline = time.monotonic() + timeout_s
         snapshot = self.stats()
@@ -185,19 +186,19 @@ class DaemonProcess:
         self.stop()
 
 
-def is_idle(snapshot: dict[str, Any]) -> bool:
-    """No request in flight, waiting or running."""
-    queue = snapshot.get("queue") or {}
-    return (
-        snapshot["daemon"]["num_in_flight"] == 0
-        and queue.get("waiting", 0) == 0
-        and queue.get("running", 0) == 0
+def is_idle(snapshot: StatsSnapshot) -> bool:
+    """No request in flight, waiting or running (a dead engine has no queues)."""
+    queue = snapshot.queue
+    return snapshot.daemon.num_in_flight == 0 and (
+        queue is None or queue.waiting == queue.running == 0
     )
 
 
-def used_blocks(snapshot: dict[str, Any]) -> int:
+def used_blocks(snapshot: StatsSnapshot) -> int:
     """KV blocks referenced by live requests."""
-    return int(snapshot["kv"]["num_used"])
+    if snapshot.kv is None:
+        raise RuntimeError("the daemon's engine is dead: it has no KV pool to count")
+    return snapshot.kv.num_used
 
 
 def raise_own_nofile(minimum: int) -> None:

@@ -58,7 +58,7 @@ def run_lifecycles(
             "outcomes": dict(sorted(tally.items())),
             "num_unexpected": sum(unexpected.values()),
             "used_blocks_at_idle": used_blocks(idle),
-            "num_in_flight_at_idle": idle["daemon"]["num_in_flight"],
+            "num_in_flight_at_idle": idle.daemon.num_in_flight,
             "rss_kb_samples": rss_kb,
             "rss_kb_after_warmup": rss_warm,
             "rss_kb_max_after_warmup": rss_after,
@@ -68,8 +68,8 @@ def run_lifecycles(
     result.check("every lifecycle ended as expected", not unexpected, f"{unexpected}")
     result.check(
         "0 leaked blocks at idle",
-        used_blocks(idle) == 0 and idle["daemon"]["num_in_flight"] == 0,
-        f"{used_blocks(idle)} used, {idle['daemon']['num_in_flight']} in flight",
+        used_blocks(idle) == 0 and idle.daemon.num_in_flight == 0,
+        f"{used_blocks(idle)} used, {idle.daemon.num_in_flight} in flight",
     )
     result.check(
         f"RSS flat within {RSS_GROWTH_LIMIT:.0%} after warm-up",

@@ -11,7 +11,6 @@ import contextlib
 import statistics
 import time
 from collections import Counter
-from typing import Any
 
 from llmd.client import AsyncClient, Finished, TokenDelta
 from llmd.errors import LLMDError
@@ -168,10 +167,8 @@ async def _aborts(address: str, num_aborts: int) -> tuple[list[float | None], li
 async def _time_to_free(observer: AsyncClient, since: float, limit_s: float = 5.0) -> float | None:
     """Seconds from `since` until the daemon reports no used blocks (None: not within limit)."""
     while time.monotonic() - since < limit_s:
-        snapshot: dict[str, Any] = await observer.stats(
-            include_requests=False, include_block_map=False
-        )
-        if used_blocks(snapshot) == 0 and snapshot["daemon"]["num_in_flight"] == 0:
+        snapshot = await observer.stats(include_requests=False, include_block_map=False)
+        if used_blocks(snapshot) == 0 and snapshot.daemon.num_in_flight == 0:
             return time.monotonic() - since
         await asyncio.sleep(0.002)
     return None

@@ -20,6 +20,9 @@ from llmd.bench.report import build_result, daemon_window, render_table
 from llmd.bench.request_record import FAILED, RequestRecord
 from llmd.bench.slo import Slo, goodput
 from llmd.errors import InvalidParameterError
+from llmd.protocol.engine_sections import KVUsage
+from llmd.protocol.metrics_sections import LatencySection, TotalsSection, WindowSummary
+from tests.protocol.snapshot_samples import sample_snapshot as stats_snapshot
 
 
 def test_summary_of_four_values_by_hand():
@@ -79,14 +82,17 @@ def test_result_throughput_and_daemon_window_by_hand():
     records = [_record(0, 0.1, 1.0, 4), _record(1, 0.2, 2.0, 6), _record(2, 0.1, 0.5, 0, FAILED)]
     for record, prompt in zip(records, (10, 30, 5)):
         record.num_prompt_tokens = prompt
-    before = {"totals": {"steps": 10, "scheduled_seqs": 20, "preemptions": 1,
-                         "decode_bytes": 0, "decode_seconds": 0.0,
-                         "prefill_flops": 1e9, "prefill_seconds": 1.0},
-              "kv": {"prefix_hit_tokens": 0, "prefix_query_tokens": 100}}  # fmt: skip
-    after = {"totals": {"steps": 30, "scheduled_seqs": 70, "preemptions": 3,
-                        "decode_bytes": 4e9, "decode_seconds": 2.0,
-                        "prefill_flops": 5e9, "prefill_seconds": 3.0},
-             "kv": {"prefix_hit_tokens": 30, "prefix_query_tokens": 160}}  # fmt: skip
+    before = stats_snapshot(
+        totals=TotalsSection(steps=10, scheduled_seqs=20, preemptions=1, decode_bytes=0,
+                             decode_seconds=0.0, prefill_flops=1e9, prefill_seconds=1.0),
+        kv=_kv(prefix_hit_tokens=0, prefix_query_tokens=100),
+    )  # fmt: skip
+    after = stats_snapshot(
+        totals=TotalsSection(steps=30, scheduled_seqs=70, preemptions=3, decode_bytes=4e9,
+                             decode_seconds=2.0, prefill_flops=5e9, prefill_seconds=3.0),
+        kv=_kv(prefix_hit_tokens=30, prefix_query_tokens=160),
+        latency=LatencySection(ttft=WindowSummary(2, 0.5, 0.5, 0.6, 0.7, 0.8)),
+    )  # fmt: skip
     result = build_result(records, Slo(), {}, before, after)
     assert result["duration_s"] == 2.0
     assert result["num_completed"] == 2 and result["num_failed"] == 1
@@ -98,6 +104,29 @@ def test_result_throughput_and_daemon_window_by_hand():
     assert window["prefix_hit_rate"] == 0.5
     assert window["decode_gb_per_s"] == 2.0
     assert window["prefill_flop_per_s"] == 2e9
+    assert window["latency_histograms_ms"]["ttft"] == {
+        "count": 2, "mean": 500.0, "p50": 500.0, "p90": 600.0, "p99": 700.0, "max": 800.0
+    }  # fmt: skip
+    assert window["config"]["model"] == "m" and window["config"]["max_num_seqs"] == 8
+
+
+def test_daemon_window_of_a_dead_engine_has_no_hit_rate():
+    before = stats_snapshot(kv=_kv(prefix_hit_tokens=0, prefix_query_tokens=10))
+    window = daemon_window(before, stats_snapshot())  # the engine died during the run
+    assert window["prefix_hit_rate"] is None and window["steps"] == 0
+    assert window["mean_batch_size"] is None  # no step in the window
+
+
+def _kv(prefix_hit_tokens: int, prefix_query_tokens: int) -> KVUsage:
+    return KVUsage(
+        block_size=16,
+        num_total=64,
+        num_used=0,
+        num_cached=0,
+        num_free=64,
+        prefix_query_tokens=prefix_query_tokens,
+        prefix_hit_tokens=prefix_hit_tokens,
+    )
 
 
 def test_server_waits_sum_each_reason_over_the_requests_that_said_why():

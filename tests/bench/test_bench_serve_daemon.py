@@ -12,6 +12,8 @@ import pytest
 
 from llmd.bench.serve import ServeOptions, build_sessions, run_serve_async
 from tests.daemon.harness import daemon_env, run_cli, start_daemon, wait_dead
+from tests.protocol.snapshot_samples import daemon_section
+from tests.protocol.snapshot_samples import sample_snapshot as stats_snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +59,8 @@ async def test_random_dataset_under_each_arrival_mode(daemon, arrival):
     expected = [
         len(s.turns[0].prompt_token_ids)
         for s in build_sessions(
-            _options(daemon[0], range_ratio=0.5, seed=7), {"daemon": {"vocab_size": 100}}
+            _options(daemon[0], range_ratio=0.5, seed=7),
+            stats_snapshot(daemon=daemon_section(vocab_size=100)),
         )
     ]
     assert sorted(prompt_lens) == sorted(expected)  # the seeded lengths arrived intact

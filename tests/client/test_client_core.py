@@ -26,7 +26,7 @@ from llmd.protocol import (
     decode_daemon_message,
     encode,
 )
-from tests.protocol.snapshot_samples import sample_snapshot
+from tests.protocol.snapshot_samples import sample_snapshot as stats_snapshot
 
 ADDRESS = "ipc:///tmp/llmd-core-test.sock"
 
@@ -173,11 +173,10 @@ def test_stats_end_with_their_reply_and_subscriptions_go_on():
     core.open(subscription.id, is_subscription=True)
     core.sent(stats)
     core.sent(subscription)
-    first, second = sample_snapshot(time=1.0), sample_snapshot(time=2.0)
-    core.route(StatsReply(subscription.id, first))
-    core.route(StatsReply(stats.id, second))
+    core.route(StatsReply(subscription.id, stats_snapshot(time=1.0)))
+    core.route(StatsReply(stats.id, stats_snapshot(time=2.0)))
     assert core.in_flight.request_ids() == [subscription.id]
-    assert one_shot_reply(core.take(stats.id)) == StatsReply(stats.id, second)
+    assert one_shot_reply(core.take(stats.id)) == StatsReply(stats.id, stats_snapshot(time=2.0))
     with pytest.raises(ProtocolError):
         one_shot_reply(Finished(stats.id, "stop", None, [], {}, {}))
     assert "type" not in health_dict(health_reply("h", "i1"))

@@ -10,15 +10,15 @@ import pytest
 from llmd.client.status_report import format_status, status_report
 from llmd.daemon.detach import DaemonStartError, _wait_until_healthy
 from llmd.protocol import parse_address
+from llmd.protocol.engine_sections import KVUsage, QueueCounts
+from tests.protocol.snapshot_samples import daemon_section, sample_snapshot
 
-SNAPSHOT = {
-    "daemon": {"state": "ok", "error": None, "address": "ipc:///x.sock", "pid": 42,
-               "model": "tiny", "device": "cpu", "dtype": "float32", "max_model_len": 256,
-               "version": "0.1.0", "uptime_s": 3725.0, "num_in_flight": 3},
-    "queue": {"waiting": 1, "running": 2, "preempted": 0},
-    "kv": {"num_used": 10, "num_cached": 5, "num_free": 49, "num_total": 64, "usage": 0.15625,
-           "prefix_hit_rate": 0.5},
-}  # fmt: skip
+SNAPSHOT = sample_snapshot(
+    daemon=daemon_section(pid=42, address="ipc:///x.sock", uptime_s=3725.0, num_in_flight=3),
+    queue=QueueCounts(waiting=1, running=2, preempted=0, preemptions_total=0),
+    kv=KVUsage(16, 64, num_used=10, num_cached=5, num_free=49, prefix_query_tokens=10,
+               prefix_hit_tokens=5),
+)  # fmt: skip
 
 
 def test_status_report_and_text():
@@ -31,7 +31,7 @@ def test_status_report_and_text():
 
 
 def test_status_of_a_dead_engine_has_no_engine_numbers():
-    snapshot = {"daemon": {**SNAPSHOT["daemon"], "state": "dead", "error": "boom"}}
+    snapshot = sample_snapshot(daemon=daemon_section(state="dead", error="boom"))
     text = format_status(status_report(snapshot))
     assert "state     dead (boom)" in text
     assert "-/- blocks used" in text and "- waiting" in text

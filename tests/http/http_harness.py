@@ -49,7 +49,8 @@ class ServedHttp:
         """Blocks in use and running requests, from the daemon's own stats (over ZeroMQ)."""
         with Client(self.address) as client:
             snapshot = client.stats(include_requests=False, include_block_map=False)
-        return snapshot["kv"]["num_used"], snapshot["queue"]["running"]
+        assert snapshot.kv is not None and snapshot.queue is not None, snapshot.daemon.error
+        return snapshot.kv.num_used, snapshot.queue.running
 
     def wait_idle(self, timeout_s: float = 10.0) -> float:
         """Seconds until no block is used and nothing runs (raises after `timeout_s`)."""

@@ -57,6 +57,6 @@ def test_a_flood_gets_429s_early_and_every_admitted_stream_completes(tiny_model_
         assert refused and all(o == (429, "overloaded") for o in refused), outcomes
         assert completed and all(o[1] == "5 chunks" for o in completed), outcomes  # 4 + final
         with Client(served.address, timeout=10) as client:
-            facts = client.stats(include_requests=False, include_block_map=False)["daemon"]
-        assert facts["admission"] == "slo"
-        assert facts["num_refused_by_admission"] == len(refused)
+            facts = client.stats(include_requests=False, include_block_map=False).daemon
+        assert facts.admission == "slo"
+        assert facts.num_refused_by_admission == len(refused)

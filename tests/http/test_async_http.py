@@ -24,6 +24,7 @@ from llmd.client import Client
 from llmd.engine.request import PENDING_TOKEN_ID
 from llmd.engine.step_result import StepResult
 from llmd.http.server import HttpServer
+from llmd.protocol import StatsSnapshot
 from tests.daemon.harness import (
     FinishedRequests,
     free_tcp_port,
@@ -70,8 +71,8 @@ class Front:
         assert len(requests) == count
         for request in requests:
             assert PENDING_TOKEN_ID not in request.all_token_ids, request.all_token_ids
-            [row] = [r for r in snapshot["recent"] if r["request_id"] == request.request_id]
-            assert row["num_generated_tokens"] == len(request.output_token_ids)
+            [row] = [r for r in snapshot.recent or () if r.request_id == request.request_id]
+            assert row.num_generated_tokens == len(request.output_token_ids)
         return requests
 
 
@@ -107,6 +108,12 @@ def _stream(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     payloads = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
     assert not any("error" in payload for payload in payloads), payloads
     return payloads
+
+
+def _num_running(snapshot: StatsSnapshot) -> int:
+    """Requests in the running batch (a dead engine has no queue: a failure here)."""
+    assert snapshot.queue is not None, snapshot.daemon.error
+    return snapshot.queue.running
 
 
 def _free_and_stop(front: Front, prompts: list[str]) -> tuple[str, str, str]:
@@ -323,7 +330,7 @@ def test_a_blocking_client_that_disconnects_is_aborted(front):
             )
             deadline = time.monotonic() + IDLE_TIMEOUT_S
             with Client(front.address) as client:
-                while client.stats(include_requests=False)["queue"]["running"] == 0:
+                while _num_running(client.stats(include_requests=False)) == 0:
                     assert time.monotonic() < deadline, "the request never ran"
                     time.sleep(0.01)
             with contextlib.suppress(OSError):

@@ -80,7 +80,7 @@ def _check_success(body: dict[str, Any], response: httpx.Response, is_stream: bo
 def _finished_total(address: str) -> int:
     with Client(address) as client:
         snapshot = client.stats(include_requests=False, include_block_map=False)
-    return sum(snapshot["totals"]["finished"].values())
+    return sum(snapshot.totals.finished.values())
 
 
 def test_fuzzed_bodies_are_all_answered_and_counted(served_http):

@@ -78,12 +78,13 @@ def test_a_refused_choice_aborts_the_accepted_ones(tiny_model_dir, tmp_path):
         deadline = time.monotonic() + 6
         while time.monotonic() < deadline:
             snapshot = client.stats(include_requests=False, include_block_map=False)
-            if snapshot["totals"]["finished"].get("length"):
+            if snapshot.totals.finished.get("length"):
                 break
             time.sleep(0.05)
-        assert not snapshot["totals"]["finished"].get("length"), snapshot["totals"]
-        assert snapshot["queue"]["running"] == snapshot["queue"]["waiting"] == 0
-        assert snapshot["kv"]["num_used"] == 0
+        assert not snapshot.totals.finished.get("length"), snapshot.totals
+        assert snapshot.queue is not None and snapshot.kv is not None, snapshot.daemon.error
+        assert snapshot.queue.running == snapshot.queue.waiting == 0
+        assert snapshot.kv.num_used == 0
 
 
 def _slow_down(engine, step_s: float) -> None:

@@ -138,8 +138,9 @@ def test_gauges_match_llmd_status_json_under_load(loaded_http):
     with Client(loaded_http.address) as client:  # every request is in the engine
         deadline = time.monotonic() + 30
         while True:
-            queue = client.stats(include_requests=False, include_block_map=False)["queue"]
-            if queue["running"] + queue["waiting"] == NUM_LOADED_REQUESTS:
+            queue = client.stats(include_requests=False, include_block_map=False).queue
+            assert queue is not None, "the engine died"
+            if queue.running + queue.waiting == NUM_LOADED_REQUESTS:
                 break
             assert time.monotonic() < deadline, queue
             time.sleep(0.005)

@@ -103,7 +103,7 @@ def test_health_version_and_models(served_http):
 def test_disconnect_mid_stream_aborts_and_frees_kv(served_http):
     served_http.wait_idle(timeout_s=IDLE_LIMIT_S)  # whatever ran before has finished
     with Client(served_http.address) as client:
-        aborts_before = client.stats()["totals"]["finished"].get("abort", 0)
+        aborts_before = client.stats().totals.finished.get("abort", 0)
     body = {"prompt": "Go on", "max_tokens": 480, "stream": True, **NO_EOS}
     with httpx.stream("POST", f"{served_http.v1}/completions", json=body, timeout=30) as response:
         lines = response.iter_lines()
@@ -115,7 +115,7 @@ def test_disconnect_mid_stream_aborts_and_frees_kv(served_http):
     # promise (tests/soak, scripts/soak.py); here a loaded machine gets slack: all is freed.
     served_http.wait_idle(timeout_s=IDLE_LIMIT_S)
     with Client(served_http.address) as client:
-        finished = client.stats()["totals"]["finished"]
+        finished = client.stats().totals.finished
     assert finished.get("abort", 0) == aborts_before + 1
 
 
@@ -123,7 +123,7 @@ def test_disconnect_of_a_blocking_request_aborts_it(served_http):
     """Hang up once the daemon runs the request: no client timeout to race the generation."""
     served_http.wait_idle(timeout_s=IDLE_LIMIT_S)  # so the one running is this one
     with Client(served_http.address) as client:
-        aborts_before = client.stats()["totals"]["finished"].get("abort", 0)
+        aborts_before = client.stats().totals.finished.get("abort", 0)
     body = json.dumps({"prompt": "Wait", "max_tokens": 480, **NO_EOS}).encode()
     head = (
         "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -141,7 +141,7 @@ def test_disconnect_of_a_blocking_request_aborts_it(served_http):
         assert not select.select([connection], [], [], 0)[0], connection.recv(4096)
     served_http.wait_idle(timeout_s=IDLE_LIMIT_S)
     with Client(served_http.address) as client:
-        assert client.stats()["totals"]["finished"].get("abort", 0) == aborts_before + 1
+        assert client.stats().totals.finished.get("abort", 0) == aborts_before + 1
 
 
 @pytest.fixture(scope="module")

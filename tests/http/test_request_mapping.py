@@ -11,6 +11,9 @@ from llmd.http.logprobs import MIN_LOGPROB, chat_logprobs, completion_logprobs
 from llmd.http.metrics_exporter import render
 from llmd.http.request_models import ChatCompletionRequest, CompletionRequest, parse_body
 from llmd.http.sampling import chat_params, completion_params
+from llmd.protocol.engine_sections import KVUsage, QueueCounts
+from llmd.protocol.metrics_sections import HistogramData, TotalsSection
+from tests.protocol.snapshot_samples import sample_snapshot as stats_snapshot
 
 
 def test_completion_fields_map_to_sampling_params():
@@ -82,14 +85,32 @@ def test_logprob_layouts_replace_minus_infinity():
 
 
 def test_metrics_render_of_a_dead_engine_snapshot_has_no_queue_gauges():
-    text = render({"daemon": {"model": "m"}, "totals": {"finished": {"stop": 2}}}).decode()
+    text = render(stats_snapshot(totals=TotalsSection(finished={"stop": 2}))).decode()
     assert 'llmd:request_success_total{finished_reason="stop",model_name="m"} 2.0' in text
-    assert "num_requests_running" not in text
+    assert "num_requests_running" not in text and "kv_cache_usage_perc" not in text
+
+
+def test_metrics_render_the_queue_and_kv_of_a_live_engine():
+    queue = QueueCounts(waiting=3, running=2, preempted=1, preemptions_total=4)
+    kv = KVUsage(block_size=16, num_total=64, num_used=16, num_cached=8, num_free=40,
+                 prefix_query_tokens=100, prefix_hit_tokens=25)  # fmt: skip
+    text = render(stats_snapshot(queue=queue, kv=kv)).decode()
+    assert 'llmd:num_requests_waiting{model_name="m"} 3.0' in text
+    assert 'llmd:kv_cache_usage_perc{model_name="m"} 0.25' in text
+    assert 'llmd:prefix_cache_hits_total{model_name="m"} 25.0' in text
+
+
+def test_metrics_render_the_histograms_as_cumulative_buckets():
+    histogram = HistogramData(bounds=(0.1, 1.0), counts=(2, 3, 1), sum=4.5, count=6)
+    text = render(stats_snapshot(histograms={"ttft": histogram})).decode()
+    assert 'llmd:time_to_first_token_seconds_bucket{le="1.0",model_name="m"} 5.0' in text
+    assert 'llmd:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 6.0' in text
+    assert 'llmd:time_to_first_token_seconds_sum{model_name="m"} 4.5' in text
 
 
 def test_metrics_render_the_wait_seconds_by_reason():
     wait_s = {"queue": 0.5, "kv_blocks": 3.0}
-    text = render({"daemon": {"model": "m"}, "totals": {"wait_s": wait_s}}).decode()
+    text = render(stats_snapshot(totals=TotalsSection(wait_s=wait_s))).decode()
     assert 'llmd:request_wait_seconds_total{model_name="m",reason="kv_blocks"} 3.0' in text
     assert 'llmd:request_wait_seconds_total{model_name="m",reason="token_budget"} 0.0' in text
 

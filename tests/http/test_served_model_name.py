@@ -37,7 +37,7 @@ def test_the_served_name_replaces_the_path_for_clients(tiny_model_dir, tmp_path)
         finally:
             server.stop()
         with Client(address) as client:
-            assert client.stats(include_block_map=False)["daemon"]["model"] == "acme/tiny-chat"
+            assert client.stats(include_block_map=False).daemon.model == "acme/tiny-chat"
 
 
 @pytest.mark.parametrize("name", ["", " padded ", 7])

@@ -70,4 +70,4 @@ def test_an_http_client_that_stops_reading_holds_up_nobody(served_http):
 def _num_finished_by_length(served_http) -> int:
     with Client(served_http.address) as client:
         snapshot = client.stats(include_requests=False, include_block_map=False)
-    return snapshot["totals"]["finished"].get("length", 0)
+    return snapshot.totals.finished.get("length", 0)

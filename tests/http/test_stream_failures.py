@@ -94,9 +94,10 @@ def _wait_idle(address: str) -> None:
     with Client(address) as client:
         while True:
             snapshot = client.stats(include_requests=False, include_block_map=False)
-            if snapshot["queue"]["running"] == snapshot["kv"]["num_used"] == 0:
+            assert snapshot.queue is not None and snapshot.kv is not None, "the engine died"
+            if snapshot.queue.running == snapshot.kv.num_used == 0:
                 return
-            assert time.monotonic() < deadline, snapshot["queue"]
+            assert time.monotonic() < deadline, snapshot.queue
             time.sleep(0.02)
 
 

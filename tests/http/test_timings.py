@@ -101,8 +101,8 @@ def test_a_full_kv_pool_shows_as_kv_blocks_in_the_response_timings(kv_http):
     assert first["wait_s"][KV_BLOCKS] == 0.0 and first["num_prefill_tokens"] == 200
     # The daemon knows both by the request's X-Request-Id.
     with Client(kv_http.address) as client:
-        recent = client.stats()["recent"]
-    labelled = {row["request_id"] for row in recent if row["label"] == REQUEST_ID}
+        recent = client.stats().recent or ()
+    labelled = {row.request_id for row in recent if row.label == REQUEST_ID}
     assert labelled == {first["request_id"], second["request_id"]}
 
 
@@ -147,8 +147,8 @@ def test_x_request_id_is_echoed_generated_or_refused_by_name(served_http):
         assert refused.json()["error"]["param"] == "X-Request-Id"
     # The daemon knows the request by that name: its row among the recently finished.
     with Client(served_http.address) as client:
-        recent = client.stats()["recent"]
-    assert any(row["label"] == REQUEST_ID for row in recent)
+        recent = client.stats().recent or ()
+    assert any(row.label == REQUEST_ID for row in recent)
 
 
 async def test_bench_over_http_records_each_requests_breakdown(served_http):

@@ -10,7 +10,7 @@ from llmd.protocol.engine_sections import EngineFacts
 from llmd.protocol.stats_snapshot import DaemonSection
 
 FACTS = EngineFacts(
-    model="tiny", device="cpu", dtype="float32", device_name="cpu", max_model_len=256,
+    model="m", device="cpu", dtype="float32", device_name="cpu", max_model_len=256,
     num_params=1000, vocab_size=64, hidden_size=16, num_layers=2, num_kv_heads=2,
     head_dim=8, is_tied=True, scheduling_policy="fcfs", max_num_batched_tokens=256,
     max_num_seqs=8, block_size=16, num_blocks=32, attention_backend="cpu_paged",
@@ -21,6 +21,11 @@ DAEMON = DaemonSection.of(
     instance_id="0123abcd", state="ok", error=None, uptime_s=1.5, num_in_flight=0,
     max_queued_requests=16, num_subscriptions=0, admission="queue", num_refused_by_admission=0,
 )  # fmt: skip
+
+
+def daemon_section(**changes: object) -> DaemonSection:
+    """DAEMON with `changes` to its fields."""
+    return dataclasses.replace(DAEMON, **changes)  # type: ignore[arg-type]
 
 
 def sample_snapshot(**changes: object) -> StatsSnapshot:
