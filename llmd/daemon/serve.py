@@ -141,9 +141,10 @@ def make_http_server(options: ServeOptions, address: Address) -> HttpServer | No
     """The bound (not yet serving) HTTP front end, or None with --no-http."""
     if not options.is_http_enabled:
         return None
+    from llmd.http.http_settings import HttpSettings
     from llmd.http.server import HttpServer
 
-    return HttpServer(
+    return HttpServer(HttpSettings(
         options.http_host,
         options.http_port,
         str(address),
@@ -152,7 +153,7 @@ def make_http_server(options: ServeOptions, address: Address) -> HttpServer | No
         max_body_bytes=options.max_message_bytes,
         graceful_shutdown_s=options.drain_timeout_s + 5,  # in-flight streams outlive a drain
         log_level=options.log_level,
-    )
+    ))  # fmt: skip
 
 
 def _exit_on_signals() -> dict[int, SignalHandler]:

@@ -21,11 +21,10 @@ from pathlib import Path
 import llmd
 from llmd.daemon.serve_options import API_KEY_ENV
 from llmd.errors import InvalidParameterError, LLMDError
+from llmd.http.http_settings import HttpSettings
 
 logger = logging.getLogger(__name__)
 
-GRACEFUL_SHUTDOWN_S = 5.0
-"""On stop, how long open connections may take to finish their last response."""
 READY_TIMEOUT_S = 60.0
 LOOPBACK_NAMES = ("localhost",)
 LISTEN_BACKLOG = 2048
@@ -52,32 +51,15 @@ def is_loopback(host: str) -> bool:
 class HttpServer:
     """The OpenAI-compatible HTTP front end of one daemon (a child process)."""
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        daemon_address: str,
-        *,
-        allow_remote: bool = False,
-        api_key: str | None = None,
-        max_body_bytes: int = 8 * 1024 * 1024,
-        graceful_shutdown_s: float = GRACEFUL_SHUTDOWN_S,
-        log_level: str = "info",
-    ) -> None:
-        if not is_loopback(host) and not allow_remote:
+    def __init__(self, settings: HttpSettings) -> None:
+        if not is_loopback(settings.host) and not settings.allow_remote:
             raise InvalidParameterError(
-                f"HTTP host {host} is reachable from other machines; bind to 127.0.0.1, "
-                "or pass --allow-remote (and set --api-key)",
+                f"HTTP host {settings.host} is reachable from other machines; bind to "
+                "127.0.0.1, or pass --allow-remote (and set --api-key)",
                 "http_host",
             )
-        self.host = host
-        self.port = port
-        self.daemon_address = daemon_address
-        self.api_key = api_key
-        self.max_body_bytes = max_body_bytes
-        self.graceful_shutdown_s = graceful_shutdown_s
-        self.log_level = log_level
-        self._socket = _bind(host, port)
+        self.settings = settings
+        self._socket = _bind(settings.host, settings.port)
         self._process: subprocess.Popen[bytes] | None = None
         self._ready_fd: int | None = None
         self._lifeline_fd: int | None = None
@@ -87,8 +69,7 @@ class HttpServer:
     @property
     def url(self) -> str:
         """http://HOST:PORT."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return self.settings.url
 
     def start(self) -> None:
         """Start the HTTP process on the bound socket (the daemon need not listen yet)."""
@@ -96,8 +77,9 @@ class HttpServer:
         lifeline_read, lifeline_write = os.pipe()
         env = dict(os.environ)
         env.pop(API_KEY_ENV, None)
-        if self.api_key is not None:
-            env[API_KEY_ENV] = self.api_key
+        settings = self.settings
+        if settings.api_key is not None:
+            env[API_KEY_ENV] = settings.api_key
         package_root = str(Path(llmd.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         command = [
@@ -105,10 +87,10 @@ class HttpServer:
             "--fd", str(self._socket.fileno()),
             "--ready-fd", str(ready_write),
             "--lifeline-fd", str(lifeline_read),
-            "--daemon-address", self.daemon_address,
-            "--max-body-bytes", str(self.max_body_bytes),
-            "--graceful-shutdown-s", str(self.graceful_shutdown_s),
-            "--log-level", self.log_level,
+            "--daemon-address", settings.daemon_address,
+            "--max-body-bytes", str(settings.max_body_bytes),
+            "--graceful-shutdown-s", str(settings.graceful_shutdown_s),
+            "--log-level", settings.log_level,
         ]  # fmt: skip
         try:
             self._process = subprocess.Popen(
@@ -151,7 +133,7 @@ class HttpServer:
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
             try:
-                self._process.wait(timeout_s or self.graceful_shutdown_s + 5)
+                self._process.wait(timeout_s or self.settings.graceful_shutdown_s + 5)
             except subprocess.TimeoutExpired:
                 logger.warning("the HTTP server did not stop in time; killing it")
                 self._process.kill()

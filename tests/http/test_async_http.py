@@ -23,6 +23,7 @@ import pytest
 from llmd.client import Client
 from llmd.engine.request import PENDING_TOKEN_ID
 from llmd.engine.step_result import StepResult
+from llmd.http.http_settings import HttpSettings
 from llmd.http.server import HttpServer
 from llmd.protocol import StatsSnapshot
 from tests.daemon.harness import (
@@ -84,7 +85,7 @@ def front(request, tiny_model_dir, tmp_path_factory):
     with inprocess_daemon(tiny_model_dir, address, engine=engine) as daemon:
         assert daemon.engine.async_scheduling is is_async
         finished = FinishedRequests(daemon.engine)
-        server = HttpServer("127.0.0.1", free_tcp_port(), address)
+        server = HttpServer(HttpSettings("127.0.0.1", free_tcp_port(), address))
         server.start()
         try:
             server.wait_ready()

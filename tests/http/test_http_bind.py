@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from llmd.errors import InvalidParameterError
+from llmd.http.http_settings import HttpSettings
 from llmd.http.server import PORT_BUSY_RETRY_S, HttpServer
 
 
@@ -26,7 +27,7 @@ def _listening_socket() -> tuple[socket.socket, int]:
 def test_a_port_freed_during_the_retry_window_is_taken():
     holder, port = _listening_socket()
     threading.Timer(PORT_BUSY_RETRY_S / 4, holder.close).start()
-    server = HttpServer("127.0.0.1", port, "ipc:///nonexistent/d.sock")
+    server = HttpServer(HttpSettings("127.0.0.1", port, "ipc:///nonexistent/d.sock"))
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass  # it listens
@@ -38,7 +39,7 @@ def test_a_port_that_stays_busy_is_a_typed_error():
     holder, port = _listening_socket()
     try:
         with pytest.raises(InvalidParameterError) as raised:
-            HttpServer("127.0.0.1", port, "ipc:///nonexistent/d.sock")
+            HttpServer(HttpSettings("127.0.0.1", port, "ipc:///nonexistent/d.sock"))
     finally:
         holder.close()
     assert raised.value.parameter == "http_port"

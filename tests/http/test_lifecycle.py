@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from llmd.client import Client
+from llmd.http.http_settings import HttpSettings
 from llmd.http.server import HttpServer
 from tests.daemon.harness import REPO_ROOT, daemon_env, free_tcp_port, inprocess_daemon
 
@@ -24,7 +25,7 @@ LONG = {"prompt": "long", "max_tokens": 240, "ignore_eos": True, "stream": True}
 
 @contextlib.contextmanager
 def _http_in_front_of(address: str):
-    server = HttpServer("127.0.0.1", free_tcp_port(), address)
+    server = HttpServer(HttpSettings("127.0.0.1", free_tcp_port(), address))
     server.start()
     server.wait_ready()
     try:

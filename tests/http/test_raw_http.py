@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from llmd.client import Client
+from llmd.http.http_settings import HttpSettings
 from llmd.http.server import HttpServer
 from tests.daemon.harness import free_tcp_port
 
@@ -147,7 +148,8 @@ def test_disconnect_of_a_blocking_request_aborts_it(served_http):
 @pytest.fixture(scope="module")
 def keyed_url(served_http):
     """A second HTTP front end on the same daemon, requiring an API key."""
-    server = HttpServer("127.0.0.1", free_tcp_port(), served_http.address, api_key="s3cret")
+    settings = HttpSettings("127.0.0.1", free_tcp_port(), served_http.address, api_key="s3cret")
+    server = HttpServer(settings)
     server.start()
     server.wait_ready()
     try:
@@ -178,7 +180,7 @@ def test_non_loopback_http_host_needs_allow_remote(served_http):
     from llmd.errors import InvalidParameterError
 
     with pytest.raises(InvalidParameterError, match="--allow-remote") as error:
-        HttpServer("0.0.0.0", free_tcp_port(), served_http.address)
+        HttpServer(HttpSettings("0.0.0.0", free_tcp_port(), served_http.address))
     assert error.value.parameter == "http_host"
 
 
@@ -187,7 +189,7 @@ def test_busy_port_fails_with_a_clear_error(served_http):
 
     port = int(served_http.url.rsplit(":", 1)[1])
     with pytest.raises(InvalidParameterError, match=f"127.0.0.1:{port}"):
-        HttpServer("127.0.0.1", port, served_http.address)
+        HttpServer(HttpSettings("127.0.0.1", port, served_http.address))
 
 
 def test_server_answers_while_a_slow_stream_runs(served_http):

@@ -8,6 +8,7 @@ import pytest
 from llmd.client import Client
 from llmd.config import EngineConfig
 from llmd.errors import InvalidParameterError
+from llmd.http.http_settings import HttpSettings
 from llmd.http.server import HttpServer
 from tests.daemon.harness import free_tcp_port, inprocess_daemon
 
@@ -16,7 +17,7 @@ def test_the_served_name_replaces_the_path_for_clients(tiny_model_dir, tmp_path)
     address = f"ipc://{tmp_path / 's.sock'}"
     engine = {"served_model_name": "acme/tiny-chat"}
     with inprocess_daemon(tiny_model_dir, address, engine=engine):
-        server = HttpServer("127.0.0.1", free_tcp_port(), address)
+        server = HttpServer(HttpSettings("127.0.0.1", free_tcp_port(), address))
         server.start()
         try:
             server.wait_ready()

@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from llmd.client import Client
+from llmd.http.http_settings import HttpSettings
 from llmd.http.server import HttpServer
 from tests.daemon.harness import RunnerFault, free_tcp_port, inprocess_daemon
 from tests.scheduling_mode import MODES, mode_id
@@ -44,7 +45,7 @@ def _served(model_dir, address: str, is_async: bool, **options: Any):
             return step()
 
         daemon.engine.step = slow_step
-        server = HttpServer("127.0.0.1", free_tcp_port(), address)
+        server = HttpServer(HttpSettings("127.0.0.1", free_tcp_port(), address))
         server.start()
         try:
             server.wait_ready()
