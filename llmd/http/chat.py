@@ -7,8 +7,6 @@ the `n` choices is one daemon request; streamed chunks of different choices inte
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -35,17 +33,17 @@ class ChatWording:
     def __init__(self, wants_logprobs: bool) -> None:
         self.wants_logprobs = wants_logprobs
 
-    def whole(self, index: int, completion: Completion) -> dict[str, Any]:
+    def whole(self, index: int, completion: Completion) -> dict[str, object]:
         logprobs = chat_logprobs(completion.logprobs or []) if self.wants_logprobs else None
         message = {"role": "assistant", "content": completion.text}
         return {"index": index, "message": message, "logprobs": logprobs}
 
-    def opening(self, index: int) -> dict[str, Any] | None:
+    def opening(self, index: int) -> dict[str, object] | None:
         return {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
 
-    def delta(self, index: int, event: TokenDelta) -> dict[str, Any]:
+    def delta(self, index: int, event: TokenDelta) -> dict[str, object]:
         logprobs = chat_logprobs(event.logprobs or []) if self.wants_logprobs else None
         return {"index": index, "delta": {"content": event.text}, "logprobs": logprobs}
 
-    def closing(self, index: int) -> dict[str, Any]:
+    def closing(self, index: int) -> dict[str, object]:
         return {"index": index, "delta": {}, "logprobs": None}

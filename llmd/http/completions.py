@@ -6,8 +6,6 @@ choice; streamed chunks of different choices interleave as the daemon produces t
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -39,16 +37,16 @@ class CompletionWording:
         self.wants_logprobs = wants_logprobs
         self.text_offsets: dict[int, int] = {}
 
-    def whole(self, index: int, completion: Completion) -> dict[str, Any]:
+    def whole(self, index: int, completion: Completion) -> dict[str, object]:
         logprobs = None
         if self.wants_logprobs:
             logprobs = completion_logprobs(completion.logprobs or [], 0)
         return {"index": index, "text": completion.text, "logprobs": logprobs}
 
-    def opening(self, index: int) -> dict[str, Any] | None:
+    def opening(self, index: int) -> dict[str, object] | None:
         return None  # a completion stream has no role chunk
 
-    def delta(self, index: int, event: TokenDelta) -> dict[str, Any]:
+    def delta(self, index: int, event: TokenDelta) -> dict[str, object]:
         logprobs = None
         if self.wants_logprobs:
             offset = self.text_offsets.get(index, 0)
@@ -56,5 +54,5 @@ class CompletionWording:
             self.text_offsets[index] = offset + sum(len(e["token"]) for e in event.logprobs or [])
         return {"index": index, "text": event.text, "logprobs": logprobs}
 
-    def closing(self, index: int) -> dict[str, Any]:
+    def closing(self, index: int) -> dict[str, object]:
         return {"index": index, "text": "", "logprobs": None}

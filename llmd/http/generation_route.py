@@ -8,7 +8,7 @@ the finish reasons, the usage and the timings are written once and cannot drift 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -31,31 +31,34 @@ from llmd.http.responses import (
 )
 from llmd.http.timings import completion_timings, finished_timings
 
+BodyT = TypeVar("BodyT", bound=SamplingFields)
+"""The body class of a generation route (completions or chat)."""
+
 
 class ChoiceWording(Protocol):
     """How a route words a choice; each method returns it without `finish_reason`."""
 
-    def whole(self, index: int, completion: Completion) -> dict[str, Any]:
+    def whole(self, index: int, completion: Completion) -> dict[str, object]:
         """The choice of a reply that is not streamed."""
 
-    def opening(self, index: int) -> dict[str, Any] | None:
+    def opening(self, index: int) -> dict[str, object] | None:
         """A chunk to send once the daemon accepted the choice's request, or None."""
 
-    def delta(self, index: int, event: TokenDelta) -> dict[str, Any]:
+    def delta(self, index: int, event: TokenDelta) -> dict[str, object]:
         """The chunk carrying new output."""
 
-    def closing(self, index: int) -> dict[str, Any]:
+    def closing(self, index: int) -> dict[str, object]:
         """The last chunk of a choice, before its finish reason is added."""
 
 
-async def read_body(request: Request, body_class: type[SamplingFields]) -> tuple[Any, ServedModel]:
+async def read_body(request: Request, body_class: type[BodyT]) -> tuple[BodyT, ServedModel]:
     """The validated body of a generation request and the served model it may name."""
     context: HttpContext = request.app.state.context
     body = parse_body(body_class, await read_json(request, context.max_body_bytes))
     return body, await context.check_model(body.model)
 
 
-def response_head(id_prefix: str, object_name: str, model_id: str) -> dict[str, Any]:
+def response_head(id_prefix: str, object_name: str, model_id: str) -> dict[str, object]:
     """The fields every reply and chunk of one response starts with."""
     return {"id": new_id(id_prefix), "object": object_name, "created": now_s(), "model": model_id}
 
@@ -64,8 +67,8 @@ async def answer(
     request: Request,
     body: SamplingFields,
     inputs: list[PromptInput],
-    params: dict[str, Any],
-    head: dict[str, Any],
+    params: dict[str, object],
+    head: dict[str, object],
     wording: ChoiceWording,
 ) -> Response:
     """Send `inputs` (one per choice) and answer with every choice, whole or streamed."""
@@ -93,7 +96,7 @@ async def answer(
 
 async def _chunks(
     group: GenerationGroup,
-    head: dict[str, Any],
+    head: dict[str, object],
     wording: ChoiceWording,
     include_usage: bool,
     num_choices: int,
@@ -104,7 +107,7 @@ async def _chunks(
     request_ids: dict[int, str] = {}
     while (item := await group.next()) is not None:
         index, event = item
-        choice: dict[str, Any] | None = None
+        choice: dict[str, object] | None = None
         if isinstance(event, Accepted):
             request_ids[index] = event.request_id
             choice = wording.opening(index)
