@@ -18,6 +18,7 @@ from llmd.errors import require
 from llmd.kernels.checks import check_paged_attention_inputs, next_power_of_2
 from llmd.kernels.launch_configs import arch_of, decode_config
 from llmd.kernels.paged_launch import LOG2_E, attention_constants, attention_strides
+from llmd.kernels.paged_reference import context_kv
 
 MAX_NUM_SPLITS = 128
 SPLIT_MIN_SEQ_LEN = 1024
@@ -338,18 +339,11 @@ def decode_attention_reference(
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim]
     """Slow, obviously correct decode attention in fp32, one sequence at a time."""
     num_heads = query.shape[1]
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    group_size = num_heads // num_kv_heads
     out = torch.zeros_like(query)
     for seq_idx, seq_len in enumerate(seq_lens.tolist()):
         if seq_len == 0:
             continue
-        positions = torch.arange(seq_len, device=query.device)
-        block_ids = block_tables[seq_idx, positions // block_size].long()
-        keys = k_cache[block_ids, positions % block_size].float()  # [seq_len, kv_heads, dim]
-        values = v_cache[block_ids, positions % block_size].float()
-        keys = keys.repeat_interleave(group_size, dim=1)  # [seq_len, num_heads, head_dim]
-        values = values.repeat_interleave(group_size, dim=1)
+        keys, values = context_kv(k_cache, v_cache, block_tables, seq_idx, seq_len, num_heads)
         scores = torch.einsum("hd,thd->ht", query[seq_idx].float(), keys) * scale
         probs = scores.softmax(dim=-1)  # [num_heads, seq_len]
         out[seq_idx] = torch.einsum("ht,thd->hd", probs, values).to(query.dtype)
