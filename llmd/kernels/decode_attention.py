@@ -31,6 +31,15 @@ SPLIT_PROGRAMS_PER_SM = 8
 b=1 x 32k-token decodes at 19% of copy bandwidth on an H200)."""
 
 
+@triton.jit
+def _num_active_splits(seq_len, SPLIT_TOKENS: tl.constexpr, NUM_SPLITS: tl.constexpr):
+    """Splits a context of `seq_len` tokens uses: one per SPLIT_TOKENS, 1 to NUM_SPLITS.
+
+    The attention kernel and the reduce must agree on it: the reduce reads only these.
+    """
+    return tl.minimum(tl.maximum(tl.cdiv(seq_len, SPLIT_TOKENS), 1), NUM_SPLITS)
+
+
 # The block table's row stride is the step's widest table on a gathered batch: not a
 # compile-time specialization (a new value would compile a new variant mid-serving).
 @triton.jit(do_not_specialize=["stride_table_seq"])
@@ -80,7 +89,7 @@ def _decode_attention_kernel(
         # The launch has NUM_SPLITS splits (fixed for CUDA graphs), but a sequence uses only
         # as many as its own context fills with SPLIT_TOKENS each; the others read and write
         # nothing (their range starts past the context), and the reduce skips them.
-        num_active = tl.minimum(tl.maximum(tl.cdiv(seq_len, SPLIT_TOKENS), 1), NUM_SPLITS)
+        num_active = _num_active_splits(seq_len, SPLIT_TOKENS, NUM_SPLITS)
         split_len = tl.cdiv(tl.cdiv(seq_len, num_active), BLOCK_N) * BLOCK_N
         ctx_start = split_idx * split_len
         ctx_end = tl.minimum(seq_len, ctx_start + split_len)
@@ -165,7 +174,7 @@ def _decode_reduce_kernel(
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
     seq_len = tl.load(seq_lens_ptr + seq_idx)
-    num_active = tl.minimum(tl.maximum(tl.cdiv(seq_len, SPLIT_TOKENS), 1), NUM_SPLITS)
+    num_active = _num_active_splits(seq_len, SPLIT_TOKENS, NUM_SPLITS)
     is_split = offs_s < num_active
     is_dim = offs_d < HEAD_DIM
     part_ids = (seq_idx * num_heads + head) * NUM_SPLITS + offs_s  # [BLOCK_S]
