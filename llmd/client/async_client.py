@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from typing import TYPE_CHECKING
 
 import zmq
 import zmq.asyncio
 
-from llmd.client.client_core import ClientCore, ClientShell, health_dict, one_shot_reply
+from llmd.client.client_core import health_dict, one_shot_reply
+from llmd.client.client_shell import DEFAULT_TIMEOUT_S, ClientShell
 from llmd.client.completion import Completion, StreamEvent
 from llmd.client.deadline import wait_within
 from llmd.client.errors import daemon_not_running
@@ -34,18 +36,19 @@ from llmd.protocol import (
     SubscribeRequest,
     UnsubscribeRequest,
     WireMessage,
-    default_address,
 )
-from llmd.sampling_params import SamplingParams
 
-DEFAULT_TIMEOUT_S = 5.0
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is Python 3.11+
+
+    from llmd.client.request_options import GenerateOptions, SnapshotOptions
 
 
-class AsyncClient(ClientShell):
+class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[StatsSnapshot]]):
     """Talks to one llmd daemon from asyncio code; `async with` it or await close()."""
 
     def __init__(self, address: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self._core = ClientCore(address or default_address(), timeout)
+        super().__init__(address, timeout)
         self._context = zmq.asyncio.Context.instance()
         self._socket: zmq.asyncio.Socket | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -57,23 +60,14 @@ class AsyncClient(ClientShell):
     # ---------------------------------------------------------------- public API
 
     async def generate(
-        self,
-        prompt: str | None = None,
-        *,
-        messages: Sequence[dict[str, str]] | None = None,
-        prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, object] | None = None,
-        priority: int = 0,
-        label: str | None = None,
+        self, prompt: str | None = None, **options: Unpack[GenerateOptions]
     ) -> Completion:
         """Generate and return the whole completion.
 
-        `label` (letters, digits, `-_.:/+=@`) names the request in the daemon's log lines
-        and in `llmd top`.
+        `options` are those of `GenerateOptions`: messages or prompt_token_ids instead of
+        `prompt`, params, priority and label.
         """
-        request = self._core.generate_request(
-            prompt, messages, prompt_token_ids, params, priority, False, label
-        )
+        request = self._core.generate_request(prompt, False, **options)
         accepted: Accepted | None = None
         async with contextlib.aclosing(self._events(request)) as events:
             async for event in events:
@@ -83,68 +77,15 @@ class AsyncClient(ClientShell):
                     return Completion.from_finished(accepted, event, event.text or "")
         raise ProtocolError("the daemon ended the request without a finished message")
 
-    def stream(
-        self,
-        prompt: str | None = None,
-        *,
-        messages: Sequence[dict[str, str]] | None = None,
-        prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, object] | None = None,
-        priority: int = 0,
-        label: str | None = None,
-    ) -> AsyncGenerator[StreamEvent, None]:
-        """Async-iterate Accepted, PrefillProgress, TokenDelta and finally Finished.
-
-        Closing the iterator early (`contextlib.aclosing`, or garbage collection) aborts it.
-        """
-        request = self._core.generate_request(
-            prompt, messages, prompt_token_ids, params, priority, True, label
-        )
-        return self._events(request)
-
     async def abort(self, request_id: str) -> None:
         """Abort this client's request `request_id`."""
         await self._send(AbortRequest(request_id))
 
-    async def stats(
-        self,
-        *,
-        include_requests: bool = True,
-        include_block_map: bool = True,
-        timeline_request_id: str | None = None,
-        max_requests: int = 64,
-    ) -> StatsSnapshot:
+    async def stats(self, **options: Unpack[SnapshotOptions]) -> StatsSnapshot:
         """One metrics snapshot."""
-        request = StatsRequest(
-            self._core.new_id(),
-            include_requests,
-            include_block_map,
-            timeline_request_id,
-            max_requests,
-        )
-        reply = await self._request(request)
+        reply = await self._request(StatsRequest(self._core.new_id(), **options))
         assert isinstance(reply, StatsReply)  # the daemon answers stats with stats
         return reply.snapshot
-
-    def subscribe(
-        self,
-        interval_ms: int = 1000,
-        *,
-        include_requests: bool = True,
-        include_block_map: bool = True,
-        timeline_request_id: str | None = None,
-        max_requests: int = 64,
-    ) -> AsyncIterator[StatsSnapshot]:
-        """Async-iterate a snapshot every `interval_ms`; closing it unsubscribes."""
-        request = SubscribeRequest(
-            self._core.new_id(),
-            interval_ms,
-            include_requests,
-            include_block_map,
-            timeline_request_id,
-            max_requests,
-        )
-        return self._snapshots(request)
 
     async def health(self) -> dict[str, object]:
         """The daemon's health reply as a dict."""

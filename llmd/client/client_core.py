@@ -59,15 +59,6 @@ class ClientCore:
         self._counter = itertools.count(1)
         self._inboxes: dict[str, Inbox] = {}
 
-    @property
-    def timeout(self) -> float:
-        """Seconds of silence after which the daemon is considered gone."""
-        return self.liveness.timeout
-
-    @timeout.setter
-    def timeout(self, value: float) -> None:
-        self.liveness.timeout = value
-
     # ---------------------------------------------------------------- requests
 
     def new_id(self) -> str:
@@ -77,14 +68,18 @@ class ClientCore:
     def generate_request(
         self,
         prompt: str | None,
-        messages: Sequence[dict[str, str]] | None,
-        prompt_token_ids: Sequence[int] | None,
-        params: SamplingParams | dict[str, object] | None,
-        priority: int,
         stream: bool,
-        label: str | None,
+        *,
+        messages: Sequence[dict[str, str]] | None = None,
+        prompt_token_ids: Sequence[int] | None = None,
+        params: SamplingParams | dict[str, object] | None = None,
+        priority: int = 0,
+        label: str | None = None,
     ) -> GenerateRequest:
-        """A validated generate under a new id (raises typed errors before anything is sent)."""
+        """A validated generate under a new id (raises typed errors before anything is sent).
+
+        The keywords, and their defaults, are those of the clients' generate and stream.
+        """
         if isinstance(params, SamplingParams):
             params_dict = params.to_dict()
         elif params is None:
@@ -193,7 +188,7 @@ class ClientCore:
         """After a wait that heard nothing: raise once the daemon is gone, else the health
         probe to send when one is due (it lists the requests still waited on)."""
         if self.liveness.is_dead():
-            raise daemon_not_running(self.address, f"no reply for {self.timeout:g}s")
+            raise daemon_not_running(self.address, f"no reply for {self.liveness.timeout:g}s")
         if not self.liveness.should_probe():
             return None
         self.liveness.probe_sent()
@@ -221,27 +216,3 @@ def health_dict(reply: DaemonMessage) -> dict[str, object]:
     data = reply.to_wire()
     del data["type"], data["v"]
     return data
-
-
-class ClientShell:
-    """What a client keeps in its core, read and set as plain attributes of the client."""
-
-    _core: ClientCore
-
-    @property
-    def address(self) -> str:
-        """The daemon's address (ipc:// or tcp://)."""
-        return self._core.address
-
-    @address.setter
-    def address(self, value: str) -> None:
-        self._core.address = value
-
-    @property
-    def timeout(self) -> float:
-        """Seconds of silence after which the daemon is considered gone."""
-        return self._core.timeout
-
-    @timeout.setter
-    def timeout(self, value: float) -> None:
-        self._core.timeout = value

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncGenerator, Callable, Generator, Sequence
-from typing import TYPE_CHECKING, TypedDict
+from collections.abc import AsyncGenerator, Callable, Generator
+from typing import TYPE_CHECKING
 
 from llmd.client.completion import StreamEvent
 from llmd.client.context_fit import MaxTokensCut, max_tokens_cut
+from llmd.client.request_options import PromptOptions
 from llmd.errors import RequestRejectedError
 from llmd.protocol import TokenDelta
 from llmd.sampling_params import SamplingParams
@@ -25,14 +26,10 @@ if TYPE_CHECKING:
     from llmd.client.sync_client import Client
 
 
-class StreamRequest(TypedDict, total=False):
+class StreamRequest(PromptOptions, total=False):
     """The keywords of `Client.stream` besides `params`, passed through as given."""
 
     prompt: str | None
-    messages: Sequence[dict[str, str]] | None
-    prompt_token_ids: Sequence[int] | None
-    priority: int
-    label: str | None
 
 
 class FitRetry:

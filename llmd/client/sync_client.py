@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING
 
 import zmq
 
-from llmd.client.client_core import ClientCore, ClientShell, health_dict, one_shot_reply
+from llmd.client.client_core import health_dict, one_shot_reply
+from llmd.client.client_shell import DEFAULT_TIMEOUT_S, ClientShell
 from llmd.client.completion import Completion, StreamEvent
 from llmd.client.errors import daemon_not_running
 from llmd.client.wire import encode_request, make_socket, with_expiry
@@ -33,41 +35,31 @@ from llmd.protocol import (
     SubscribeRequest,
     UnsubscribeRequest,
     WireMessage,
-    default_address,
 )
-from llmd.sampling_params import SamplingParams
 
-DEFAULT_TIMEOUT_S = 5.0
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is Python 3.11+
+
+    from llmd.client.request_options import GenerateOptions, SnapshotOptions
 
 
-class Client(ClientShell):
+class Client(ClientShell[Generator[StreamEvent, None, None], Iterator[StatsSnapshot]]):
     """Talks to one llmd daemon; use as a context manager or call close()."""
 
     def __init__(self, address: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self._core = ClientCore(address or default_address(), timeout)
+        super().__init__(address, timeout)
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._socket: zmq.Socket[bytes] | None = None
 
     # ---------------------------------------------------------------- public API
 
-    def generate(
-        self,
-        prompt: str | None = None,
-        *,
-        messages: Sequence[dict[str, str]] | None = None,
-        prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, object] | None = None,
-        priority: int = 0,
-        label: str | None = None,
-    ) -> Completion:
+    def generate(self, prompt: str | None = None, **options: Unpack[GenerateOptions]) -> Completion:
         """Generate and return the whole completion (the text arrives in one message).
 
-        `label` (letters, digits, `-_.:/+=@`) names the request in the daemon's log lines
-        and in `llmd top`.
+        `options` are those of `GenerateOptions`: messages or prompt_token_ids instead of
+        `prompt`, params, priority and label.
         """
-        request = self._core.generate_request(
-            prompt, messages, prompt_token_ids, params, priority, False, label
-        )
+        request = self._core.generate_request(prompt, False, **options)
         accepted: Accepted | None = None
         for event in self._events(request):
             if isinstance(event, Accepted):
@@ -76,68 +68,15 @@ class Client(ClientShell):
                 return Completion.from_finished(accepted, event, event.text or "")
         raise ProtocolError("the daemon ended the request without a finished message")
 
-    def stream(
-        self,
-        prompt: str | None = None,
-        *,
-        messages: Sequence[dict[str, str]] | None = None,
-        prompt_token_ids: Sequence[int] | None = None,
-        params: SamplingParams | dict[str, object] | None = None,
-        priority: int = 0,
-        label: str | None = None,
-    ) -> Generator[StreamEvent, None, None]:
-        """Yield Accepted, PrefillProgress, TokenDelta and finally Finished events.
-
-        The request is sent on the first next(); closing the iterator early aborts it.
-        """
-        request = self._core.generate_request(
-            prompt, messages, prompt_token_ids, params, priority, True, label
-        )
-        return self._events(request)
-
     def abort(self, request_id: str) -> None:
         """Abort this client's request `request_id` (the `id` of its events)."""
         self._send(AbortRequest(request_id))
 
-    def stats(
-        self,
-        *,
-        include_requests: bool = True,
-        include_block_map: bool = True,
-        timeline_request_id: str | None = None,
-        max_requests: int = 64,
-    ) -> StatsSnapshot:
+    def stats(self, **options: Unpack[SnapshotOptions]) -> StatsSnapshot:
         """One metrics snapshot (keys documented in docs/protocol.md)."""
-        request = StatsRequest(
-            self._core.new_id(),
-            include_requests,
-            include_block_map,
-            timeline_request_id,
-            max_requests,
-        )
-        reply = self._request(request)
+        reply = self._request(StatsRequest(self._core.new_id(), **options))
         assert isinstance(reply, StatsReply)  # the daemon answers stats with stats
         return reply.snapshot
-
-    def subscribe(
-        self,
-        interval_ms: int = 1000,
-        *,
-        include_requests: bool = True,
-        include_block_map: bool = True,
-        timeline_request_id: str | None = None,
-        max_requests: int = 64,
-    ) -> Iterator[StatsSnapshot]:
-        """Yield a snapshot every `interval_ms`; closing the iterator unsubscribes."""
-        request = SubscribeRequest(
-            self._core.new_id(),
-            interval_ms,
-            include_requests,
-            include_block_map,
-            timeline_request_id,
-            max_requests,
-        )
-        return self._snapshots(request)
 
     def health(self) -> dict[str, object]:
         """The daemon's health reply as a dict (status, is_healthy, pid, model, ...)."""

@@ -8,10 +8,13 @@ library.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import TypeVar
 
-from llmd.engine.request import FinishReason, Request
+from llmd.engine.request import FinishReason, Request, RequestTimes
 from llmd.wait_breakdown import WaitBreakdown
+
+EndedT = TypeVar("EndedT", "EndedTimes", "EndedRequest")
 
 
 @dataclass(frozen=True)
@@ -24,10 +27,18 @@ class EndedTimes:
     token_times: tuple[float, ...]
     finished: float | None
 
+    @classmethod
+    def of(cls, times: RequestTimes) -> EndedTimes:
+        """Copy `times` now (the token times into a tuple)."""
+        return _copy(cls, times, token_times=tuple(times.token_times))
+
 
 @dataclass(frozen=True)
 class EndedRequest:
-    """How a request ended, its token counts, timestamps and wait breakdown."""
+    """How a request ended, its token counts, timestamps and wait breakdown.
+
+    Every field but `times` and `waits` is the `Request` attribute of the same name.
+    """
 
     request_id: str
     finish_reason: FinishReason | None
@@ -43,22 +54,17 @@ class EndedRequest:
     @classmethod
     def of(cls, request: Request) -> EndedRequest:
         """Copy `request` now (on the thread that owns it)."""
-        times = request.times
-        return cls(
-            request_id=request.request_id,
-            finish_reason=request.finish_reason,
-            stop_reason=request.stop_reason,
-            error_message=request.error_message,
-            num_prompt_tokens=request.num_prompt_tokens,
-            num_output_tokens=request.num_output_tokens,
-            num_cached_tokens=request.num_cached_tokens,
-            num_preemptions=request.num_preemptions,
-            times=EndedTimes(
-                times.arrival,
-                times.first_scheduled,
-                times.first_token,
-                tuple(times.token_times),
-                times.finished,
-            ),
-            waits=request.waits.breakdown(request),
+        return _copy(
+            cls, request, times=EndedTimes.of(request.times), waits=request.waits.breakdown(request)
         )
+
+
+def _copy(cls: type[EndedT], source: object, **converted: object) -> EndedT:
+    """The dataclass `cls` with each field `source`'s attribute of the same name, except the
+    `converted` ones, given as they must be stored (frozen copies of mutable values)."""
+    copied = {
+        field.name: getattr(source, field.name)
+        for field in fields(cls)  # type: ignore[arg-type]
+        if field.name not in converted
+    }
+    return cls(**copied, **converted)

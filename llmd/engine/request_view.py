@@ -6,12 +6,33 @@ the row can be packed on another thread while the request moves on.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from llmd.engine.request import Request
 from llmd.engine.wait_tracker import WaitTracker
 from llmd.protocol.engine_sections import RequestRow, RequestTimeline
 
 MAX_TIMELINE_POINTS = 256
 """Most events and token times in a timeline (the newest are kept)."""
+
+
+class RequestHeading(TypedDict):
+    """The fields a row and a timeline both open with: the request, its state, its wait."""
+
+    request_id: str
+    label: str | None
+    state: str
+    waiting_on: str | None
+
+
+def request_heading(request: Request, tracker: WaitTracker) -> RequestHeading:
+    """The heading of `request` now: who it is, where it is, what holds it back."""
+    return RequestHeading(
+        request_id=request.request_id,
+        label=request.label,
+        state=request.status.value,
+        waiting_on=tracker.current_reason(request),
+    )
 
 
 def request_row(request: Request, now: float, tracker: WaitTracker) -> RequestRow:
@@ -21,10 +42,7 @@ def request_row(request: Request, now: float, tracker: WaitTracker) -> RequestRo
     num_prompt = request.num_prompt_tokens
     prefill_progress = min(1.0, request.num_computed_tokens / num_prompt) if num_prompt else 1.0
     return RequestRow(
-        request_id=request.request_id,
-        label=request.label,
-        state=request.status.value,
-        waiting_on=tracker.current_reason(request),
+        **request_heading(request, tracker),
         wait_s=tracker.total_wait_s(request, now),
         finish_reason=None if request.finish_reason is None else request.finish_reason.value,
         priority=request.priority,
@@ -51,10 +69,7 @@ def request_timeline(request: Request, now: float, tracker: WaitTracker) -> Requ
         return None if moment is None else moment - arrival
 
     return RequestTimeline(
-        request_id=request.request_id,
-        label=request.label,
-        state=request.status.value,
-        waiting_on=tracker.current_reason(request),
+        **request_heading(request, tracker),
         waits=tracker.breakdown(request, now),
         age_s=(times.finished or now) - arrival,
         first_scheduled_s=since(times.first_scheduled),

@@ -74,8 +74,30 @@ class _LazyQueue:
         """The requests of (token, request) `entries` that are still live, in order."""
         return (request for token, request in entries if self._is_live(token, request))
 
-    def _take(self, request: Request) -> Request:
-        """Bookkeeping for a popped live entry."""
+    def _has_entries(self) -> bool:
+        raise NotImplementedError
+
+    def _head(self) -> tuple[int, Request]:
+        """(token, request) of the entry first in order, live or stale."""
+        raise NotImplementedError
+
+    def _pop_head(self) -> Request:
+        raise NotImplementedError
+
+    def _drop_stale_head(self) -> None:
+        while self._has_entries() and not self._is_live(*self._head()):
+            self._pop_head()
+            self._num_stale -= 1
+
+    def peek(self) -> Request:
+        """The request first in order (IndexError when none waits)."""
+        self._drop_stale_head()
+        return self._head()[1]
+
+    def pop(self) -> Request:
+        """Take the request first in order out (IndexError when none waits)."""
+        self._drop_stale_head()
+        request = self._pop_head()
         del self._live[request.request_id]
         self._preempted_ids.discard(request.request_id)
         return request
@@ -97,18 +119,14 @@ class FcfsQueue(_LazyQueue):
     def push_front(self, request: Request) -> None:
         self._queue.appendleft((self._new_token(request), request))
 
-    def _drop_stale_head(self) -> None:
-        while self._queue and not self._is_live(*self._queue[0]):
-            self._queue.popleft()
-            self._num_stale -= 1
+    def _has_entries(self) -> bool:
+        return bool(self._queue)
 
-    def peek(self) -> Request:
-        self._drop_stale_head()
-        return self._queue[0][1]
+    def _head(self) -> tuple[int, Request]:
+        return self._queue[0]
 
-    def pop(self) -> Request:
-        self._drop_stale_head()
-        return self._take(self._queue.popleft()[1])
+    def _pop_head(self) -> Request:
+        return self._queue.popleft()[1]
 
     def _compact(self) -> None:
         self._queue = deque(entry for entry in self._queue if self._is_live(*entry))
@@ -133,18 +151,15 @@ class PriorityQueue(_LazyQueue):
         # The (priority, arrival) key already ranks a preempted request ahead of newer ones.
         self.push(request)
 
-    def _drop_stale_head(self) -> None:
-        while self._heap and not self._is_live(self._heap[0][2], self._heap[0][3]):
-            heapq.heappop(self._heap)
-            self._num_stale -= 1
+    def _has_entries(self) -> bool:
+        return bool(self._heap)
 
-    def peek(self) -> Request:
-        self._drop_stale_head()
-        return self._heap[0][3]
+    def _head(self) -> tuple[int, Request]:
+        _, _, token, request = self._heap[0]
+        return token, request
 
-    def pop(self) -> Request:
-        self._drop_stale_head()
-        return self._take(heapq.heappop(self._heap)[3])
+    def _pop_head(self) -> Request:
+        return heapq.heappop(self._heap)[3]
 
     def _compact(self) -> None:
         self._heap = [entry for entry in self._heap if self._is_live(entry[2], entry[3])]

@@ -18,6 +18,7 @@ from llmd.errors import require
 from llmd.kernels.checks import check_paged_attention_inputs, next_power_of_2
 from llmd.kernels.launch_configs import arch_of, decode_config
 from llmd.kernels.paged_launch import LOG2_E, attention_constants, attention_strides
+from llmd.kernels.paged_reference import context_kv
 
 MAX_NUM_SPLITS = 128
 SPLIT_MIN_SEQ_LEN = 1024
@@ -28,6 +29,15 @@ split count is chosen, and of each sequence's actual context inside the kernel."
 SPLIT_PROGRAMS_PER_SM = 8
 """Split until about this many programs per SM are in flight, to keep HBM busy (4 left
 b=1 x 32k-token decodes at 19% of copy bandwidth on an H200)."""
+
+
+@triton.jit
+def _num_active_splits(seq_len, SPLIT_TOKENS: tl.constexpr, NUM_SPLITS: tl.constexpr):
+    """Splits a context of `seq_len` tokens uses: one per SPLIT_TOKENS, 1 to NUM_SPLITS.
+
+    The attention kernel and the reduce must agree on it: the reduce reads only these.
+    """
+    return tl.minimum(tl.maximum(tl.cdiv(seq_len, SPLIT_TOKENS), 1), NUM_SPLITS)
 
 
 # The block table's row stride is the step's widest table on a gathered batch: not a
@@ -79,7 +89,7 @@ def _decode_attention_kernel(
         # The launch has NUM_SPLITS splits (fixed for CUDA graphs), but a sequence uses only
         # as many as its own context fills with SPLIT_TOKENS each; the others read and write
         # nothing (their range starts past the context), and the reduce skips them.
-        num_active = tl.minimum(tl.maximum(tl.cdiv(seq_len, SPLIT_TOKENS), 1), NUM_SPLITS)
+        num_active = _num_active_splits(seq_len, SPLIT_TOKENS, NUM_SPLITS)
         split_len = tl.cdiv(tl.cdiv(seq_len, num_active), BLOCK_N) * BLOCK_N
         ctx_start = split_idx * split_len
         ctx_end = tl.minimum(seq_len, ctx_start + split_len)
@@ -164,7 +174,7 @@ def _decode_reduce_kernel(
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
     seq_len = tl.load(seq_lens_ptr + seq_idx)
-    num_active = tl.minimum(tl.maximum(tl.cdiv(seq_len, SPLIT_TOKENS), 1), NUM_SPLITS)
+    num_active = _num_active_splits(seq_len, SPLIT_TOKENS, NUM_SPLITS)
     is_split = offs_s < num_active
     is_dim = offs_d < HEAD_DIM
     part_ids = (seq_idx * num_heads + head) * NUM_SPLITS + offs_s  # [BLOCK_S]
@@ -338,18 +348,11 @@ def decode_attention_reference(
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim]
     """Slow, obviously correct decode attention in fp32, one sequence at a time."""
     num_heads = query.shape[1]
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    group_size = num_heads // num_kv_heads
     out = torch.zeros_like(query)
     for seq_idx, seq_len in enumerate(seq_lens.tolist()):
         if seq_len == 0:
             continue
-        positions = torch.arange(seq_len, device=query.device)
-        block_ids = block_tables[seq_idx, positions // block_size].long()
-        keys = k_cache[block_ids, positions % block_size].float()  # [seq_len, kv_heads, dim]
-        values = v_cache[block_ids, positions % block_size].float()
-        keys = keys.repeat_interleave(group_size, dim=1)  # [seq_len, num_heads, head_dim]
-        values = values.repeat_interleave(group_size, dim=1)
+        keys, values = context_kv(k_cache, v_cache, block_tables, seq_idx, seq_len, num_heads)
         scores = torch.einsum("hd,thd->ht", query[seq_idx].float(), keys) * scale
         probs = scores.softmax(dim=-1)  # [num_heads, seq_len]
         out[seq_idx] = torch.einsum("ht,thd->hd", probs, values).to(query.dtype)

@@ -12,6 +12,7 @@ import triton.language as tl
 
 from llmd.errors import require
 from llmd.kernels import checks
+from llmd.kernels.launch_configs import tile_num_warps
 from llmd.kernels.paged_launch import cache_strides
 
 
@@ -108,7 +109,7 @@ def kv_store(
         BLOCK_SIZE=k_cache.shape[1],
         BLOCK_H=block_h,
         BLOCK_D=block_d,
-        num_warps=max(1, min(8, block_h * block_d // 256)),
+        num_warps=tile_num_warps(block_h * block_d),
     )
 
 

@@ -104,3 +104,9 @@ def decode_config(arch: int, head_dim: int, dtype: torch.dtype) -> DecodeConfig:
             return DecodeConfig(16, 4, 2)
         return DecodeConfig(32, 4, 2)  # 64-token tiles left an 8-byte stack on sm_86 and 9.0
     return DecodeConfig(64, 4, 2)
+
+
+def tile_num_warps(num_elements: int) -> int:
+    """Warps of a one-token program that moves a tile of `num_elements` (the KV store and
+    rotary kernels): one per 256 elements, 1 to 8."""
+    return max(1, min(8, num_elements // 256))

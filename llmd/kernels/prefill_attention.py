@@ -22,6 +22,7 @@ from llmd.kernels.checks import (
 )
 from llmd.kernels.launch_configs import arch_of, prefill_config
 from llmd.kernels.paged_launch import LOG2_E, attention_constants, attention_strides
+from llmd.kernels.paged_reference import context_kv
 
 
 @triton.jit
@@ -274,8 +275,6 @@ def prefill_attention_reference(
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]; rows outside the chunks are zero
     """Slow, obviously correct chunked causal attention in fp32, one sequence at a time."""
     num_heads = query.shape[1]
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    group_size = num_heads // num_kv_heads
     out = torch.zeros_like(query)
     starts = query_start_loc.tolist()
     for seq_idx, seq_len in enumerate(seq_lens.tolist()):
@@ -283,14 +282,10 @@ def prefill_attention_reference(
         query_len = row_end - row_start
         if query_len == 0:
             continue
-        positions = torch.arange(seq_len, device=query.device)
-        block_ids = block_tables[seq_idx, positions // block_size].long()
-        keys = k_cache[block_ids, positions % block_size].float()  # [seq_len, kv_heads, dim]
-        values = v_cache[block_ids, positions % block_size].float()
-        keys = keys.repeat_interleave(group_size, dim=1)  # [seq_len, num_heads, head_dim]
-        values = values.repeat_interleave(group_size, dim=1)
+        keys, values = context_kv(k_cache, v_cache, block_tables, seq_idx, seq_len, num_heads)
         q = query[row_start:row_end].float()  # [query_len, num_heads, head_dim]
         scores = torch.einsum("qhd,thd->hqt", q, keys) * scale
+        positions = torch.arange(seq_len, device=query.device)
         query_pos = torch.arange(seq_len - query_len, seq_len, device=query.device)
         is_future = positions[None, :] > query_pos[:, None]  # [query_len, seq_len]
         scores = scores.masked_fill(is_future, float("-inf"))

@@ -12,6 +12,7 @@ import triton.language as tl
 
 from llmd.errors import require
 from llmd.kernels import checks
+from llmd.kernels.launch_configs import tile_num_warps
 
 
 @triton.jit
@@ -140,7 +141,7 @@ def rotary_embedding(
         BLOCK_H=block_h,
         BLOCK_KV_H=checks.next_power_of_2(num_kv_heads),
         BLOCK_HALF=block_half,
-        num_warps=max(1, min(8, block_h * block_half // 256)),
+        num_warps=tile_num_warps(block_h * block_half),
     )
 
 

@@ -10,30 +10,31 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 
+@dataclass(eq=False, repr=False)
 class RateMeter:
     """Amounts added over the last `window_s` seconds, kept in `bucket_s` buckets."""
 
-    def __init__(
-        self,
-        window_s: float = 60.0,
-        bucket_s: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if window_s <= 0 or bucket_s <= 0 or bucket_s > window_s:
+    window_s: float = 60.0
+    bucket_s: float = 1.0
+    clock: Callable[[], float] = time.monotonic
+    """Where `now` comes from when a call does not give it."""
+    lifetime_total: float = field(default=0.0, init=False)
+    """Everything ever added, window or not."""
+    _started: float = field(init=False)
+    _buckets: deque[list[float]] = field(default_factory=deque, init=False)
+    """[bucket index, amount] pairs, oldest first."""
+
+    def __post_init__(self) -> None:
+        if self.window_s <= 0 or self.bucket_s <= 0 or self.bucket_s > self.window_s:
             raise ValueError("need 0 < bucket_s <= window_s")
-        self.window_s = window_s
-        self.bucket_s = bucket_s
-        self._clock = clock
-        self._started = clock()
-        self._buckets: deque[list[float]] = deque()  # [bucket index, amount]
-        self.lifetime_total = 0.0
-        """Everything ever added, window or not."""
+        self._started = self.clock()
 
     def add(self, amount: float = 1.0, now: float | None = None) -> None:
         """Add `amount` at time `now`."""
-        now = self._clock() if now is None else now
+        now = self.clock() if now is None else now
         index = math.floor(now / self.bucket_s)
         if self._buckets and self._buckets[-1][0] == index:
             self._buckets[-1][1] += amount
@@ -44,12 +45,12 @@ class RateMeter:
 
     def total(self, now: float | None = None) -> float:
         """Sum of the amounts inside the window."""
-        self._expire(self._clock() if now is None else now)
+        self._expire(self.clock() if now is None else now)
         return sum(amount for _, amount in self._buckets)
 
     def rate(self, now: float | None = None) -> float:
         """Amount per second over the window (or since creation, if that is shorter)."""
-        now = self._clock() if now is None else now
+        now = self.clock() if now is None else now
         span = min(self.window_s, now - self._started)
         if span <= 0:
             return 0.0

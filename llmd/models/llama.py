@@ -110,7 +110,11 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    """Embedding, the decoder stack and the final norm (HF's `model.` prefix)."""
+    """Embedding, the decoder stack, the final norm and the rope tables (HF's `model.` prefix).
+
+    Only a holder that gives the weights their checkpoint names: `LlamaForCausalLM.forward`
+    runs its parts.
+    """
 
     def __init__(
         self, hf_config: Any, attention_backend: AttentionBackend | None, variant: LayerVariant
@@ -127,22 +131,6 @@ class DecoderModel(nn.Module):
             hf_config.max_position_embeddings,
             read_rope_parameters(hf_config),
         )
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,  # [num_tokens] int64
-        positions: torch.Tensor,  # [num_tokens] int64
-        kv_caches: list[KVCache],
-        metadata: AttentionMetadata,
-    ) -> torch.Tensor:  # [num_tokens, hidden_size]
-        """Run every layer over the flat batch and return final-normed hidden states."""
-        hidden = self.embed_tokens(input_ids)
-        cos, sin = self.rotary.cos_sin(positions, hidden.dtype)
-        residual = None
-        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            hidden, residual = layer(hidden, residual, cos, sin, kv_cache, metadata)
-        hidden, _ = self.norm(hidden, residual)
-        return hidden
 
 
 class LlamaForCausalLM(nn.Module):
@@ -179,8 +167,15 @@ class LlamaForCausalLM(nn.Module):
         kv_caches: list[KVCache],
         metadata: AttentionMetadata,
     ) -> torch.Tensor:  # [num_tokens, hidden_size]
-        """Final-normed hidden states of every new token in the flat batch."""
-        return self.model(input_ids, positions, kv_caches, metadata)
+        """Run every layer over the flat batch and return final-normed hidden states."""
+        decoder = self.model
+        hidden = decoder.embed_tokens(input_ids)
+        cos, sin = decoder.rotary.cos_sin(positions, hidden.dtype)
+        residual = None
+        for layer, kv_cache in zip(decoder.layers, kv_caches, strict=True):
+            hidden, residual = layer(hidden, residual, cos, sin, kv_cache, metadata)
+        hidden, _ = decoder.norm(hidden, residual)
+        return hidden
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[n, hidden_size] -> [n, vocab_size] float32 logits."""

@@ -151,6 +151,22 @@ class DecodeBuffers:
         """Block-table columns: the widest table any sequence can have."""
         return self.block_tables.shape[1]
 
+    def check_rows(self, num_seqs: int, num_padded_seqs: int) -> None:
+        """Raise unless `num_seqs` decodes padded to `num_padded_seqs` rows fit here."""
+        require(
+            0 < num_seqs <= num_padded_seqs <= self.max_num_seqs,
+            "num_padded_seqs",
+            f"need 0 < {num_seqs} requests <= {num_padded_seqs} <= {self.max_num_seqs} rows",
+        )
+
+    def check_table_width(self, width: int) -> None:
+        """Raise unless block tables `width` blocks wide fit here."""
+        require(
+            width <= self.max_blocks_per_seq,
+            "plan",
+            f"a block table of {width} blocks exceeds the buffers' {self.max_blocks_per_seq}",
+        )
+
     def view(self, num_padded_seqs: int, seq_lens_cpu: list[int], num_seqs: int) -> InputBatch:
         """The first `num_padded_seqs` rows as a decode batch whose first `num_seqs` sample."""
         metadata = AttentionMetadata(
@@ -197,11 +213,7 @@ def build_decode_batch(
     Block-table columns past a row's own blocks keep stale ids that no kernel reads.
     """
     num_seqs = len(plan.chunks)
-    require(
-        0 < num_seqs <= num_padded_seqs <= buffers.max_num_seqs,
-        "num_padded_seqs",
-        f"need 0 < {num_seqs} requests <= {num_padded_seqs} <= {buffers.max_num_seqs} rows",
-    )
+    buffers.check_rows(num_seqs, num_padded_seqs)
     token_ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
@@ -217,11 +229,7 @@ def build_decode_batch(
         seq_lens.append(position + 1)
         tables.append(block_ids)
     width = max(len(table) for table in tables)
-    require(
-        width <= buffers.max_blocks_per_seq,
-        "plan",
-        f"a block table of {width} blocks exceeds the buffers' {buffers.max_blocks_per_seq}",
-    )
+    buffers.check_table_width(width)
     num_padding = num_padded_seqs - num_seqs
     seq_lens += [0] * num_padding
     token_rows = torch.tensor(

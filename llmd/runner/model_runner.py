@@ -316,9 +316,9 @@ class ModelRunner:
         self._pending_tokens = PendingTokens(
             sample.token_ids, {request_id: i for i, request_id in enumerate(request_ids)}
         )
-        pending = PendingStep(
-            request_ids, sampling_batch, sample, prepared - start, prepared,
-            time.perf_counter() - prepared, events,
+        pending = PendingStep.start(
+            request_ids, sampling_batch, sample, prepared - start, time.perf_counter() - prepared,
+            events,
         )  # fmt: skip
         if events is not None:
             self._last_done_event = events.done

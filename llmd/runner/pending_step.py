@@ -45,34 +45,43 @@ class StepEvents:
     previous_done: torch.cuda.Event | None
 
 
+@dataclass(frozen=True, eq=False)
 class PendingStep:
-    """The samples of one launched step, on their way to the host."""
+    """The samples of one launched step, on their way to the host (compared by identity).
 
-    def __init__(
-        self,
+    `device_sample` is held until the step resolves: the copy into `host_sample` reads it.
+    """
+
+    request_ids: list[str]
+    batch: SamplingBatch
+    device_sample: DeviceSample
+    host_sample: DeviceSample
+    prepare_s: float
+    launch_s: float
+    events: StepEvents | None
+
+    @classmethod
+    def start(
+        cls,
         request_ids: list[str],
         batch: SamplingBatch,
         sample: DeviceSample,
         prepare_s: float,
-        launched_at: float,
         launch_s: float,
         events: StepEvents | None,
-    ) -> None:
-        self.request_ids = request_ids
-        self.batch = batch
-        self.prepare_s = prepare_s
-        self.launched_at = launched_at
-        self.launch_s = launch_s
-        self.events = events
-        self._sample = sample
-        if events is None:  # CPU: the step has already run
-            self._host = sample
-        else:
-            self._host = DeviceSample(
+    ) -> PendingStep:
+        """Queue the copy of `sample` to pinned host memory and mark the step's end.
+
+        Without `events` (CPU) the step has already run and its sample is on the host.
+        """
+        host_sample = sample
+        if events is not None:
+            host_sample = DeviceSample(
                 _to_pinned_host(sample.token_ids),
                 None if sample.packed_logprobs is None else _to_pinned_host(sample.packed_logprobs),
             )
             events.done.record()
+        return cls(request_ids, batch, sample, host_sample, prepare_s, launch_s, events)
 
     def resolve(self) -> RunnerOutput:
         """Wait for this step's samples (and only them), then return them by request id."""
@@ -80,7 +89,7 @@ class PendingStep:
         if self.events is not None:
             self.events.done.synchronize()
         read_from = time.perf_counter()
-        result: SamplerOutput = self._host.read(self.batch)
+        result: SamplerOutput = self.host_sample.read(self.batch)
         read_until = time.perf_counter()
         logprobs = {
             request_id: entry
@@ -107,4 +116,3 @@ def _to_pinned_host(tensor: torch.Tensor) -> torch.Tensor:
     host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
     host.copy_(tensor, non_blocking=True)
     return host
-

@@ -183,11 +183,7 @@ def fill_decode_buffers(
     are copied on the device from the persistent rows, so no block list is re-sent.
     """
     num_seqs = len(plan.chunks)
-    require(
-        0 < num_seqs <= num_padded_seqs <= buffers.max_num_seqs,
-        "num_padded_seqs",
-        f"need 0 < {num_seqs} requests <= {num_padded_seqs} <= {buffers.max_num_seqs} rows",
-    )
+    buffers.check_rows(num_seqs, num_padded_seqs)
     row_indices, first_positions, first_tokens = persistent.update(plan)
     token_ids = first_tokens
     positions = first_positions
@@ -207,11 +203,7 @@ def fill_decode_buffers(
         + positions_np % block_size
     ).tolist()  # [num_seqs]
     seq_lens = (positions_np + 1).tolist()
-    require(
-        width <= buffers.max_blocks_per_seq,
-        "plan",
-        f"a block table of {width} blocks exceeds the buffers' {buffers.max_blocks_per_seq}",
-    )
+    buffers.check_table_width(width)
     num_padding = num_padded_seqs - num_seqs
     seq_lens += [0] * num_padding
     packed = to_device(

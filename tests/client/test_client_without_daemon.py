@@ -94,6 +94,18 @@ def test_bad_requests_fail_before_sending():
     assert error.value.parameter == "params"
 
 
+@pytest.mark.parametrize("client_class", [Client, AsyncClient])
+def test_both_clients_take_the_same_keywords_and_refuse_others_before_sending(client_class):
+    client = client_class("ipc:///nonexistent/never-connected.sock")
+    with pytest.raises(InvalidParameterError) as error:
+        client.stream(messages=[{"role": "user", "content": "hi"}], priority=2**40)
+    assert error.value.parameter == "priority"
+    with pytest.raises(TypeError, match="temprature"):
+        client.stream("x", temprature=0.5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="include_blockmap"):
+        client.subscribe(500, include_blockmap=False)  # type: ignore[call-arg]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [

@@ -23,6 +23,15 @@ int64_t grain_rows(int64_t elements_per_row) {
   return std::max<int64_t>(1, kMinElementsPerTask / std::max<int64_t>(1, elements_per_row));
 }
 
+// Calls row_fn(row) for every row in [0, num_rows), split into tasks of at least
+// kMinElementsPerTask elements (a small batch stays on the calling thread).
+template <typename RowFn>
+void parallel_rows(int64_t num_rows, int64_t elements_per_row, const RowFn& row_fn) {
+  at::parallel_for(0, num_rows, grain_rows(elements_per_row), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) row_fn(row);
+  });
+}
+
 void check_float_rows(const at::Tensor& tensor, const char* name, int64_t dims) {
   TORCH_CHECK(tensor.device().is_cpu(), name, " must be on the CPU");
   TORCH_CHECK(tensor.scalar_type() == at::kFloat, name, " must be float32, got ",
@@ -32,10 +41,18 @@ void check_float_rows(const at::Tensor& tensor, const char* name, int64_t dims) 
   TORCH_CHECK(tensor.stride(dims - 1) == 1, name, "'s last dimension must be contiguous");
 }
 
-void check_weight(const at::Tensor& weight, int64_t hidden_size) {
+// Checks RMSNorm's operands: `input` and `other` (out or residual, named `other_name`)
+// [rows, hidden] of the same shape, `weight` [hidden]; returns hidden.
+int64_t check_norm_operands(const at::Tensor& input, const at::Tensor& other,
+                            const char* other_name, const at::Tensor& weight) {
+  check_float_rows(input, "input", 2);
+  check_float_rows(other, other_name, 2);
+  TORCH_CHECK(other.sizes() == input.sizes(), other_name, " and input shapes differ");
+  const int64_t hidden_size = input.size(1);
   check_float_rows(weight, "weight", 1);
   TORCH_CHECK(weight.size(0) == hidden_size, "weight has ", weight.size(0),
               " elements, rows have ", hidden_size);
+  return hidden_size;
 }
 
 inline float inverse_rms(const float* x, int64_t n, float eps) {
@@ -48,50 +65,40 @@ inline float inverse_rms(const float* x, int64_t n, float eps) {
 
 // out[r] = weight * (input[r] * rsqrt(mean(input[r]^2) + eps)); input, out: [rows, hidden].
 void rms_norm(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, double eps) {
-  check_float_rows(input, "input", 2);
-  check_float_rows(out, "out", 2);
-  TORCH_CHECK(out.sizes() == input.sizes(), "out and input shapes differ");
-  const int64_t num_rows = input.size(0), hidden_size = input.size(1);
-  check_weight(weight, hidden_size);
+  const int64_t hidden_size = check_norm_operands(input, out, "out", weight);
+  const int64_t num_rows = input.size(0);
   const float* in = input.data_ptr<float>();
   float* dst = out.data_ptr<float>();
   const float* w = weight.data_ptr<float>();
   const int64_t in_stride = input.stride(0), out_stride = out.stride(0);
   const float epsilon = static_cast<float>(eps);
-  at::parallel_for(0, num_rows, grain_rows(hidden_size), [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const float* x = in + row * in_stride;
-      float* y = dst + row * out_stride;
-      const float scale = inverse_rms(x, hidden_size, epsilon);
+  parallel_rows(num_rows, hidden_size, [&](int64_t row) {
+    const float* x = in + row * in_stride;
+    float* y = dst + row * out_stride;
+    const float scale = inverse_rms(x, hidden_size, epsilon);
 #pragma omp simd
-      for (int64_t i = 0; i < hidden_size; ++i) y[i] = w[i] * (x[i] * scale);
-    }
+    for (int64_t i = 0; i < hidden_size; ++i) y[i] = w[i] * (x[i] * scale);
   });
 }
 
 // residual[r] += input[r]; input[r] = weight * (residual[r] * rsqrt(mean(residual[r]^2) + eps)).
 void fused_add_rms_norm(at::Tensor& input, at::Tensor& residual, const at::Tensor& weight,
                         double eps) {
-  check_float_rows(input, "input", 2);
-  check_float_rows(residual, "residual", 2);
-  TORCH_CHECK(residual.sizes() == input.sizes(), "residual and input shapes differ");
-  const int64_t num_rows = input.size(0), hidden_size = input.size(1);
-  check_weight(weight, hidden_size);
+  const int64_t hidden_size = check_norm_operands(input, residual, "residual", weight);
+  const int64_t num_rows = input.size(0);
   float* in = input.data_ptr<float>();
   float* res = residual.data_ptr<float>();
   const float* w = weight.data_ptr<float>();
   const int64_t in_stride = input.stride(0), res_stride = residual.stride(0);
   const float epsilon = static_cast<float>(eps);
-  at::parallel_for(0, num_rows, grain_rows(hidden_size), [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      float* x = in + row * in_stride;
-      float* r = res + row * res_stride;
+  parallel_rows(num_rows, hidden_size, [&](int64_t row) {
+    float* x = in + row * in_stride;
+    float* r = res + row * res_stride;
 #pragma omp simd
-      for (int64_t i = 0; i < hidden_size; ++i) r[i] = x[i] + r[i];
-      const float scale = inverse_rms(r, hidden_size, epsilon);
+    for (int64_t i = 0; i < hidden_size; ++i) r[i] = x[i] + r[i];
+    const float scale = inverse_rms(r, hidden_size, epsilon);
 #pragma omp simd
-      for (int64_t i = 0; i < hidden_size; ++i) x[i] = w[i] * (r[i] * scale);
-    }
+    for (int64_t i = 0; i < hidden_size; ++i) x[i] = w[i] * (r[i] * scale);
   });
 }
 

@@ -1,0 +1,43 @@
+"""The keyword options of the clients' calls, declared once for both clients and their core.
+
+`Client` and `AsyncClient` take the same keywords for generate and stream, and for stats and
+subscribe; typing them here (with `Unpack`) keeps one list and one set of defaults, those of
+`ClientCore.generate_request` and of the protocol's `SnapshotQuery`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypedDict
+
+from llmd.sampling_params import SamplingParams
+
+
+class PromptOptions(TypedDict, total=False):
+    """What a generate sends besides a plain prompt and its sampling parameters."""
+
+    messages: Sequence[dict[str, str]] | None
+    """Chat messages, rendered by the daemon's chat template (instead of `prompt`)."""
+    prompt_token_ids: Sequence[int] | None
+    """Token ids to send as they are (instead of `prompt`)."""
+    priority: int
+    """Lower runs first under the daemon's priority policy (default 0)."""
+    label: str | None
+    """Letters, digits, `-_.:/+=@`: names the request in the daemon's log lines and in
+    `llmd top`."""
+
+
+class GenerateOptions(PromptOptions, total=False):
+    """The keywords of `generate` and `stream`."""
+
+    params: SamplingParams | dict[str, object] | None
+    """Sampling parameters (a dict of their fields is validated the same way)."""
+
+
+class SnapshotOptions(TypedDict, total=False):
+    """The keywords of `stats` and `subscribe`: what a snapshot includes (default: all)."""
+
+    include_requests: bool
+    include_block_map: bool
+    timeline_request_id: str | None
+    max_requests: int
