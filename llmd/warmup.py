@@ -16,9 +16,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llmd.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from llmd.engine.step_stats import StepStats
+    from llmd.llm_engine import LLMEngine
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +45,9 @@ class WarmupReport:
     seconds: float
 
 
-def warm_up(engine: Any, on_step: Callable[[Any], None] | None = None) -> WarmupReport:
+def warm_up(
+    engine: LLMEngine, on_step: Callable[[StepStats], None] | None = None
+) -> WarmupReport:
     """Run the warm-up workload to completion on the calling thread (the one that steps).
 
     `on_step` sees each step's stats (admission learns the prefill rate from them).
@@ -73,21 +79,20 @@ def warm_up(engine: Any, on_step: Callable[[Any], None] | None = None) -> Warmup
     return report
 
 
-def _workload(engine: Any) -> list[tuple[list[int], int]]:
+def _workload(engine: LLMEngine) -> list[tuple[list[int], int]]:
     """(prompt, max_tokens) of each warm-up request, in the order they are added.
 
     A long prompt runs in token-budget chunks; then `wave` short ones, whose max_tokens
     are staggered so that all of them decode together once every prefill is done, and
     then finish in NUM_DECODE_STEPS even groups (batch sizes wave, ..., wave / 8).
     """
-    vocab_size = engine.shape.vocab_size
-    max_model_len = engine.max_model_len
-    budget = engine.scheduler.config.max_num_batched_tokens
-    block_size = engine.config.block_size
-    num_free_blocks = engine.block_manager.num_free_blocks
+    facts = engine.facts()  # what the engine tells whoever serves it, not its internals
+    vocab_size, max_model_len = facts.vocab_size, facts.max_model_len
+    budget, block_size = facts.max_num_batched_tokens, facts.block_size
+    num_free_blocks = engine.snapshot().kv.num_free
     long_len = max(1, min(max_model_len - 2, 2 * budget + budget // 2))
     long_blocks = -(-long_len // block_size) + 1
-    wave = max(1, min(MAX_WAVE, engine.config.max_num_seqs - 1))
+    wave = max(1, min(MAX_WAVE, facts.max_num_seqs - 1))
     while True:
         lengths = [SHORT_PROMPT_TOKENS + i % 7 for i in range(wave)]
         num_prefill_steps = -(-(long_len + sum(lengths)) // budget) + 1
