@@ -25,7 +25,7 @@ import torch
 from llmd.batch_limits import USAGE_OFFLINE, USAGE_SERVE, default_batch_limits
 from llmd.client import Accepted, AsyncClient, Client, Finished, TokenDelta
 from llmd.errors import InvalidParameterError, ShuttingDownError
-from llmd.protocol import ErrorReply, HealthReply, pack
+from llmd.protocol import ErrorReply, HealthReply, StatsSnapshot, pack
 from llmd.runner.device import dtype_name, resolve_dtype
 from llmd.sampling_params import SamplingParams
 from tests.daemon.harness import (
@@ -210,7 +210,7 @@ def test_64_concurrent_clients_get_exactly_max_tokens(served):
     assert len(results) == 64
 
 
-def _wait_idle(client: Client, limit_s: float) -> dict:
+def _wait_idle(client: Client, limit_s: float) -> StatsSnapshot:
     deadline = time.monotonic() + limit_s
     while True:
         snapshot = client.stats(include_requests=False, include_block_map=False)
@@ -263,12 +263,12 @@ max_tokens before the daemon acts on a cancel or a vanished peer. Such a round i
 again; a daemon that never aborts fails every round."""
 
 
-async def _cancel_50_streams(address: str, max_tokens: int) -> tuple[dict, dict]:
+async def _cancel_50_streams(address: str, max_tokens: int) -> tuple[dict[str, int], StatsSnapshot]:
     """Start 50 streams, cancel them once each has a token; the snapshot taken just before
     the cancels (with the request table) and the finish counts from before the round."""
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     with Client(address) as client:
-        finished_before = _wait_idle(client, 10.0)["totals"]["finished"]
+        finished_before = _wait_idle(client, 10.0).totals.finished
     async with AsyncClient(address, timeout=30) as client:
         # All 50 are sent at once (the sync client waits for each acceptance in turn, and on
         # a loaded machine the first ones then ran to max_tokens before the last was sent).
@@ -294,9 +294,9 @@ async def test_50_cancelled_streams_free_everything(served):
             snapshot = _wait_finished(client, sum(finished_before.values()) + 50, 10.0)
         # Cancelled mid-way: all 50 were running with most of their tokens still to come.
         generated = [row.num_generated_tokens for row in busy.requests]
-        if busy["queue"]["running"] == 50 and max(generated, default=0) <= max_tokens // 2:
+        if busy.queue.running == 50 and max(generated, default=0) <= max_tokens // 2:
             break
-    assert busy["queue"]["running"] == 50 and busy["kv"]["num_used"] >= 50, busy["queue"]
+    assert busy.queue.running == 50 and busy.kv.num_used >= 50, busy.queue
     assert len(generated) == 50 and min(generated) >= 1 and max(generated) <= max_tokens // 2
     # So every one of the 50 ends as an abort.
     assert _new_finishes(finished_before, snapshot.totals.finished) == {"abort": 50}
@@ -309,7 +309,7 @@ def _vanish(address: str, max_tokens: int) -> tuple[dict, str, dict]:
     once the daemon is idle and the request is counted and listed.
     """
     with Client(address) as client:
-        finished_before = _wait_idle(client, 10.0)["totals"]["finished"]
+        finished_before = _wait_idle(client, 10.0).totals.finished
     peer = RawPeer(address)
     request = {
         "type": "generate",
