@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from llmd.protocol.engine_sections import RequestRow
 from llmd.tui.top.hints import (
     busy_but_inefficient,
     find_hints,
@@ -21,10 +22,10 @@ from llmd.tui.top.view import (
     KVView,
     LatencyView,
     QueueView,
-    RequestRow,
     StepView,
     TopView,
 )
+from tests.tui.sample_snapshots import request_row
 
 CALM = TopView(
     queue=QueueView(waiting=1, running=4, waiting_growth_per_s=0.0),
@@ -117,7 +118,7 @@ def test_busy_but_inefficient_needs_a_known_peak():
 
 def waiting_rows(reason: str, waits: list[float]) -> tuple[RequestRow, ...]:
     return tuple(
-        RequestRow(f"req-{i}", "waiting", waiting_on=reason, wait_s=wait)
+        request_row(f"req-{i}", "waiting", waiting_on=reason, wait_s=wait)
         for i, wait in enumerate(waits)
     )
 

@@ -11,7 +11,7 @@ from typing import Any
 from textual.message import Message
 
 from llmd.client.context_fit import MaxTokensCut
-from llmd.protocol import Finished
+from llmd.protocol import Finished, StatsSnapshot
 
 
 class ReplyEvent(Message):
@@ -87,7 +87,7 @@ class DaemonInfo(Message):
 class StatsFetched(Message):
     """A stats snapshot asked for by /stats, or the error that prevented it."""
 
-    def __init__(self, snapshot: dict[str, Any] | None, error: Exception | None = None) -> None:
+    def __init__(self, snapshot: StatsSnapshot | None, error: Exception | None = None) -> None:
         super().__init__()
         self.snapshot = snapshot
         self.error = error
