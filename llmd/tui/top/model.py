@@ -17,7 +17,6 @@ from llmd.protocol.engine_sections import RequestRow
 from llmd.tui.top.hints import find_hints
 from llmd.tui.top.reader import (
     read_efficiency,
-    read_header,
     read_kv,
     read_latency,
     read_queue,
@@ -146,7 +145,7 @@ class TopModel:
         if timeline is not None and timeline.request_id != self.selected_request_id:
             timeline = None  # a snapshot taken before the selection changed
         view = TopView(
-            header=read_header(snapshot),
+            header=snapshot.daemon,
             queue=self._queue_view(snapshot),
             kv=read_kv(snapshot, tuple(self.history["kv_usage"])),
             steps=self._step_view(snapshot),

@@ -11,7 +11,7 @@ import dataclasses
 
 from llmd.protocol import StatsSnapshot
 from llmd.protocol.engine_sections import QueueCounts, RequestRow
-from llmd.tui.top.view import EfficiencyView, HeaderView, KVView, LatencyView
+from llmd.tui.top.view import EfficiencyView, KVView, LatencyView
 
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
 NO_QUEUE = QueueCounts(waiting=0, running=0, preempted=0, preemptions_total=0)
@@ -21,27 +21,6 @@ NO_QUEUE = QueueCounts(waiting=0, running=0, preempted=0, preemptions_total=0)
 def read_queue(snapshot: StatsSnapshot) -> QueueCounts:
     """The queue counts, zero while the engine is dead."""
     return snapshot.queue or NO_QUEUE
-
-
-def read_header(snapshot: StatsSnapshot) -> HeaderView:
-    """The header line: model, device, dtype, address, uptime, policy, budget."""
-    daemon = snapshot.daemon
-    return HeaderView(
-        model=daemon.model,
-        device=daemon.device,
-        dtype=daemon.dtype,
-        device_name=daemon.device_name,
-        attention_backend=daemon.attention_backend,
-        address=daemon.address,
-        uptime_s=daemon.uptime_s,
-        state=daemon.state,
-        error=daemon.error,
-        scheduling_policy=daemon.scheduling_policy,
-        max_num_batched_tokens=daemon.max_num_batched_tokens,
-        max_num_seqs=daemon.max_num_seqs,
-        num_in_flight=daemon.num_in_flight,
-        version=daemon.version,
-    )
 
 
 def read_kv(snapshot: StatsSnapshot, usage_history: tuple[float, ...]) -> KVView:

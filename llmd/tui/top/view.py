@@ -1,7 +1,7 @@
 """What `llmd top` draws: frozen view dataclasses, one per screen region.
 
-Panels and hint rules read only these (request rows and the timeline are the protocol's own
-types), never whole snapshots, so the screen can be tested from fixed values.
+Panels and hint rules read only these (the daemon facts, request rows and the timeline are
+the protocol's own types), never whole snapshots, so the screen can be tested from fixed values.
 """
 
 from __future__ import annotations
@@ -9,29 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmd.protocol.engine_sections import RequestRow, RequestTimeline
-
-
-@dataclass(frozen=True)
-class HeaderView:
-    """Who is being monitored."""
-
-    model: str | None = None
-    device: str | None = None
-    dtype: str | None = None
-    device_name: str | None = None
-    """The accelerator's name (e.g. "NVIDIA H100 80GB HBM3"), or "cpu"."""
-    attention_backend: str | None = None
-    address: str | None = None
-    uptime_s: float | None = None
-    state: str | None = None
-    """ok, draining or dead."""
-    error: str | None = None
-    scheduling_policy: str | None = None
-    max_num_batched_tokens: int | None = None
-    """The per-step token budget."""
-    max_num_seqs: int | None = None
-    num_in_flight: int | None = None
-    version: str | None = None
+from llmd.protocol.stats_snapshot import DaemonSection
 
 
 @dataclass(frozen=True)
@@ -159,7 +137,8 @@ class Hint:
 class TopView:
     """Everything on the screen."""
 
-    header: HeaderView = field(default_factory=HeaderView)
+    header: DaemonSection | None = None
+    """The daemon facts the header shows (None before the first snapshot)."""
     queue: QueueView = field(default_factory=QueueView)
     kv: KVView = field(default_factory=KVView)
     steps: StepView = field(default_factory=StepView)
