@@ -13,6 +13,7 @@ from typing import Any
 
 from llmd.client import Accepted, Finished, TokenDelta
 from llmd.errors import LLMDError
+from llmd.protocol import StatsSnapshot
 
 HEALTH = {
     "status": "ok",
@@ -125,14 +126,14 @@ class FakeAsyncClient:
             raise self.health_error
         return dict(HEALTH)
 
-    async def stats(self, **_: Any) -> dict[str, Any]:
+    async def stats(self, **_: Any) -> StatsSnapshot:
         from tests.tui.sample_snapshots import busy_snapshot
 
         return busy_snapshot(3)
 
     async def subscribe(
         self, interval_ms: int = 1000, *, timeline_request_id: str | None = None, **_: Any
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[StatsSnapshot]:
         """Yield what the test pushes; a pushed exception ends the subscription with it."""
         self.num_subscribes += 1
         self.subscribed_timelines.append(timeline_request_id)
@@ -144,7 +145,7 @@ class FakeAsyncClient:
                 raise item
             yield item
 
-    async def push(self, item: dict[str, Any] | BaseException) -> None:
+    async def push(self, item: StatsSnapshot | BaseException) -> None:
         """Deliver a snapshot (or a failure) to the current or next subscription."""
         if self.snapshot_queue is None:
             self.snapshot_queue = asyncio.Queue()

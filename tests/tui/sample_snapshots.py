@@ -1,14 +1,19 @@
-"""Fixed, realistic stats snapshots (the keys of docs/protocol.md) for the `llmd top` tests.
+"""Fixed, realistic stats snapshots (typed, read from the keys of docs/protocol.md) for the
+`llmd top` tests.
 
 Snapshot i of a run is a pure function of i, so sparklines, tables and the block map
 render the same on every machine; shapes follow a real daemon's snapshot under load.
+`busy_wire` gives the wire map, for tests that change a key before reading it with `typed`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from llmd.metrics import CACHED, FREE, SHARED, encode_block_map
+from llmd.protocol import StatsSnapshot
+from llmd.protocol.engine_sections import RequestRow
 
 WAITING = [0, 0, 1, 2, 2, 3, 5, 4, 6, 7, 8, 8, 9, 11, 12, 12, 13, 15, 16, 18]
 RUNNING = [2, 4, 6, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8]
@@ -31,7 +36,10 @@ def _request(index: int, request_id: str, step: int) -> dict[str, Any]:
     return {
         "request_id": request_id,
         "client_id": f"c-{index}",
+        "label": None,
         "state": state,
+        "waiting_on": None,
+        "wait_s": 0.0,
         "finish_reason": None,
         "priority": 0,
         "num_prompt_tokens": prompt,
@@ -52,7 +60,10 @@ def _recent(index: int) -> dict[str, Any]:
     return {
         "request_id": f"req-{10 - index}",
         "client_id": None,
+        "label": None,
         "state": "finished",
+        "waiting_on": None,
+        "wait_s": 0.0,
         "finish_reason": "length" if index else "stop",
         "priority": 0,
         "num_prompt_tokens": 52,
@@ -74,10 +85,7 @@ def _block_map() -> dict[str, Any]:
     for owner in range(5):
         codes += [owner] * (4 + owner)
     codes += [FREE] * (128 - len(codes))
-    encoded = encode_block_map(codes)
-    encoded["owners"] = LIVE_IDS[:5]
-    encoded["codes"] = {"free": FREE, "cached": CACHED, "shared": SHARED}
-    return encoded
+    return dataclasses.replace(encode_block_map(codes), owners=tuple(LIVE_IDS[:5])).to_wire()
 
 
 def timeline(request_id: str, step: int) -> dict[str, Any]:
@@ -87,7 +95,17 @@ def timeline(request_id: str, step: int) -> dict[str, Any]:
     tokens = [0.3 + 0.02 * i for i in range(40)] + [2.2 + 0.1 * i for i in range(num_resumed)]
     return {
         "request_id": request_id,
+        "label": None,
         "state": "running",
+        "waiting_on": None,
+        "waits": {
+            "wait_s": {"queue": 0.2},
+            "num_wait_steps": {"queue": 1},
+            "num_prefill_chunks": 3,
+            "prefill_chunk_sizes": [32, 20, 72],
+            "num_prefill_tokens": 124,
+            "num_preemptions": 1,
+        },
         "age_s": age,
         "first_scheduled_s": 0.2,
         "first_token_s": 0.3,
@@ -103,8 +121,9 @@ def timeline(request_id: str, step: int) -> dict[str, Any]:
     }
 
 
-def busy_snapshot(step: int, timeline_request_id: str | None = None) -> dict[str, Any]:
-    """Snapshot number `step` of a daemon under growing load (0 <= step < len(WAITING))."""
+def busy_wire(step: int, timeline_request_id: str | None = None) -> dict[str, Any]:
+    """Snapshot number `step` of a daemon under growing load (0 <= step < len(WAITING)),
+    as the wire map."""
     waiting = WAITING[step % len(WAITING)]
     running = RUNNING[step % len(RUNNING)]
     snapshot: dict[str, Any] = {
@@ -112,6 +131,7 @@ def busy_snapshot(step: int, timeline_request_id: str | None = None) -> dict[str
         "window_s": 60.0,
         "daemon": {
             "pid": 4242,
+            "instance_id": "sample-daemon",
             "address": "ipc:///run/user/1000/llmd/llmd.sock",
             "model": "/models/tiny-llama",
             "device": "cpu",
@@ -122,6 +142,17 @@ def busy_snapshot(step: int, timeline_request_id: str | None = None) -> dict[str
             "num_params": 125248,
             "version": "0.1.0",
             "protocol_version": 1,
+            "block_size": 16,
+            "num_blocks": 128,
+            "vocab_size": 32000,
+            "hidden_size": 64,
+            "num_layers": 2,
+            "num_kv_heads": 2,
+            "head_dim": 16,
+            "is_tied": True,
+            "async_scheduling": False,
+            "admission": "queue",
+            "num_refused_by_admission": 0,
             "state": "ok",
             "error": None,
             "uptime_s": 187.0,
@@ -186,6 +217,7 @@ def busy_snapshot(step: int, timeline_request_id: str | None = None) -> dict[str
             "prefill_tflop_per_s": 0.00064,
             "peak_gb_per_s": None,
             "peak_tflop_per_s": None,
+            "peak_source": "unknown",
         },
         "totals": {
             "steps": 150 * step,
@@ -198,7 +230,30 @@ def busy_snapshot(step: int, timeline_request_id: str | None = None) -> dict[str
         "num_requests": len(LIVE_IDS),
         "recent": [_recent(i) for i in range(3)],
         "block_map": _block_map(),
+        "snapshot_version": 2,
     }
     if timeline_request_id is not None:
         snapshot["timeline"] = timeline(timeline_request_id, step)
     return snapshot
+
+
+def typed(wire: dict[str, Any]) -> StatsSnapshot:
+    """A wire map read as the typed snapshot the client yields."""
+    return StatsSnapshot.from_wire(wire)
+
+
+def busy_snapshot(step: int, timeline_request_id: str | None = None) -> StatsSnapshot:
+    """Snapshot number `step` of `busy_wire`, typed."""
+    return typed(busy_wire(step, timeline_request_id))
+
+
+def request_row(request_id: str, state: str, **fields: Any) -> RequestRow:
+    """A request-table row with zeros where `fields` says nothing (for hand-built views)."""
+    defaults: dict[str, Any] = {
+        "label": None, "waiting_on": None, "wait_s": 0.0, "finish_reason": None,
+        "priority": 0, "num_prompt_tokens": 0, "num_generated_tokens": 0, "max_tokens": 0,
+        "num_computed_tokens": 0, "num_cached_tokens": 0, "num_blocks": 0,
+        "num_preemptions": 0, "prefill_progress": 0.0, "decode_progress": 0.0, "age_s": 0.0,
+        "ttft_s": None,
+    }  # fmt: skip
+    return RequestRow(request_id=request_id, state=state, **{**defaults, **fields})

@@ -7,11 +7,11 @@ preemptions) come from the model's own history, as in `llmd top`.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from llmd.protocol import SNAPSHOT_VERSION, StatsSnapshot
 from llmd.tui.top.model import TopModel
+from tests.tui.sample_snapshots import busy_wire, typed
 
 INTERVAL_S = 0.25
 
@@ -31,15 +31,17 @@ def snapshot(
     steps_per_s: float = 50.0,
     decode_gb_per_s: float = 100.0,
     peak_gb_per_s: float | None = 1000.0,
-) -> dict[str, Any]:
-    """Snapshot `step` of a run: the keys of docs/protocol.md that the rules read."""
+) -> StatsSnapshot:
+    """Snapshot `step` of a run: the keys of docs/protocol.md that the rules read set, the
+    other sections at their defaults (no request table)."""
     used, cached, free = num_blocks
     total = used + cached + free
     prompt_per_step, generation_per_step = tokens_per_step
     num_steps = int(steps_per_s * INTERVAL_S) * step
-    return {
+    return typed({
         "time": 1_800_000_000.0 + INTERVAL_S * step,
-        "daemon": {"model": "m", "state": "ok"},
+        "window_s": 60.0,
+        "daemon": {**busy_wire(0)["daemon"], "model": "m", "state": "ok"},
         "queue": {
             "waiting": waiting,
             "running": running,
@@ -52,8 +54,10 @@ def snapshot(
             "num_used": used,
             "num_cached": cached,
             "num_free": free,
-            "usage": used / total,
+            "prefix_query_tokens": 0,
+            "prefix_hit_tokens": 0,
         },
+        "goodput": {},
         "latency": {"itl": {"count": 500, "p50": itl[0], "p90": itl[1], "p99": itl[1]}},
         "throughput": {
             "steps_per_s": steps_per_s,
@@ -67,10 +71,11 @@ def snapshot(
             "prompt_tokens": int(num_steps * prompt_per_step),
             "generation_tokens": int(num_steps * generation_per_step),
         },
-    }
+        "snapshot_version": SNAPSHOT_VERSION,
+    })  # fmt: skip
 
 
-def hints_after(snapshots: list[dict[str, Any]]) -> dict[str, str]:
+def hints_after(snapshots: list[StatsSnapshot]) -> dict[str, str]:
     """Hint name -> message once the whole sequence has been applied."""
     model = TopModel(clock=lambda: 0.0)
     for item in snapshots:

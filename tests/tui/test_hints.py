@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from llmd.protocol.engine_sections import RequestRow
 from llmd.tui.top.hints import (
     busy_but_inefficient,
     find_hints,
@@ -17,14 +18,13 @@ from llmd.tui.top.hints import (
 )
 from llmd.tui.top.view import (
     EfficiencyView,
-    HeaderView,
     KVView,
     LatencyView,
     QueueView,
-    RequestRow,
     StepView,
     TopView,
 )
+from tests.tui.sample_snapshots import busy_snapshot, request_row
 
 CALM = TopView(
     queue=QueueView(waiting=1, running=4, waiting_growth_per_s=0.0),
@@ -117,13 +117,14 @@ def test_busy_but_inefficient_needs_a_known_peak():
 
 def waiting_rows(reason: str, waits: list[float]) -> tuple[RequestRow, ...]:
     return tuple(
-        RequestRow(f"req-{i}", "waiting", waiting_on=reason, wait_s=wait)
+        request_row(f"req-{i}", "waiting", waiting_on=reason, wait_s=wait)
         for i, wait in enumerate(waits)
     )
 
 
 def test_wait_reasons_name_their_limit_once_a_request_waited_half_a_second():
-    header = HeaderView(max_num_seqs=8, max_num_batched_tokens=512)
+    daemon = busy_snapshot(0).daemon
+    header = dataclasses.replace(daemon, max_num_seqs=8, max_num_batched_tokens=512)
     seqs = dataclasses.replace(
         CALM, header=header, requests=waiting_rows("max_num_seqs", [0.4, 1.5, 0.7])
     )

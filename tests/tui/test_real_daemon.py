@@ -79,8 +79,8 @@ async def test_escape_aborts_the_request_on_the_daemon(daemon_address):
     assert 0 < num_tokens < LONG.max_tokens
     with Client(daemon_address) as client:
         snapshot = client.stats()
-    assert snapshot["totals"]["finished"].get("abort", 0) >= 1
-    assert snapshot["num_requests"] == 0 and snapshot["kv"]["num_used"] == 0
+    assert snapshot.totals.finished.get("abort", 0) >= 1
+    assert snapshot.num_requests == 0 and snapshot.kv is not None and snapshot.kv.num_used == 0
 
 
 async def test_top_shows_a_request_while_it_runs(daemon_address):

@@ -84,7 +84,8 @@ async def test_pause_freezes_the_screen_and_resume_shows_the_newest_snapshot():
         for snapshot in (busy_snapshot(8), newest):
             await client.push(snapshot)
         await wait_for(pilot, lambda: app.feed.slot._snapshot is newest)
-        assert app.model.snapshot["queue"]["waiting"] == WAITING[1]
+        assert app.model.snapshot.queue is not None
+        assert app.model.snapshot.queue.waiting == WAITING[1]
         await pilot.press("p")
         assert app.model.snapshot is newest  # the one in between was skipped, not queued
         assert len(app.model.history["time"]) == 3
@@ -146,7 +147,7 @@ async def test_every_panel_is_reachable_at_80x24_by_its_number():
         assert "of wall time in steps" in screen_text(app)
         await pilot.press("8")
         zoomed = screen_text(app)
-        assert "prefill chunks, 1 preemption" in zoomed and "━7 Requests" not in zoomed
+        assert "prefill chunks (32+20+72)" in zoomed and "━7 Requests" not in zoomed
         await pilot.press("8")  # the same key again: back to the overview
         assert screen_text(app) == overview
         await pilot.press("z")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tui.sample_snapshots import WAITING, busy_snapshot
+from tests.tui.sample_snapshots import WAITING, busy_wire, typed
 from tests.tui.screen_text import screen_text
 from tests.tui.test_top_app import make_app
 from tests.tui.waiting import wait_for
@@ -25,8 +25,9 @@ async def header_after(size: tuple[int, int], **daemon) -> tuple[list[str], str]
     app, client, _ = make_app()
     async with app.run_test(size=size) as pilot:
         for step in range(len(WAITING)):
-            snapshot = busy_snapshot(step, app.feed.timeline_request_id)
-            snapshot["daemon"].update(daemon)
+            wire = busy_wire(step, app.feed.timeline_request_id)
+            wire["daemon"].update(daemon)
+            snapshot = typed(wire)
             await client.push(snapshot)
             await wait_for(pilot, lambda snapshot=snapshot: app.model.snapshot is snapshot)
         await pilot.pause()

@@ -10,7 +10,7 @@ import pytest
 
 from llmd.tui.formatting import sparkline, tall_sparkline
 from llmd.tui.top.panels.requests import STATE_ROW_LINES
-from tests.tui.sample_snapshots import WAITING, busy_snapshot
+from tests.tui.sample_snapshots import WAITING, busy_wire, typed
 from tests.tui.screen_text import screen_text
 from tests.tui.test_top_app import deliver, make_app
 from tests.tui.waiting import wait_for
@@ -48,13 +48,14 @@ async def test_a_tall_screen_leaves_no_empty_band(size):
 
 async def push_many_requests(app, pilot, client, num_requests: int = 40) -> None:
     """Push a snapshot whose table has `num_requests` live rows, and wait until it is shown."""
-    snapshot = busy_snapshot(len(WAITING) - 1, app.feed.timeline_request_id)
-    template = snapshot["requests"][0]
-    snapshot["requests"] = [
+    wire = busy_wire(len(WAITING) - 1, app.feed.timeline_request_id)
+    template = wire["requests"][0]
+    wire["requests"] = [
         {**copy.deepcopy(template), "request_id": f"req-{100 + index}"}
         for index in range(num_requests)
     ]
-    snapshot["num_requests"] = num_requests
+    wire["num_requests"] = num_requests
+    snapshot = typed(wire)
     await client.push(snapshot)
     await wait_for(pilot, lambda: app.model.snapshot is snapshot)
     await pilot.pause()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from llmd.metrics import CACHED, FREE, SHARED
+from llmd.protocol.engine_sections import RequestTimeline
 from llmd.tui.backoff import Backoff
 from llmd.tui.formatting import bar, fmt_number, fmt_seconds, fmt_uptime, sparkline
 from llmd.tui.top.block_grid import fit_cells, glyph, grid_rows
@@ -12,8 +15,8 @@ from llmd.tui.top.feed import LatestSlot
 from llmd.tui.top.model import TopModel, slope
 from llmd.tui.top.sorting import sort_rows
 from llmd.tui.top.timeline_strip import queued_spans, timeline_strip
-from llmd.tui.top.view import RequestRow, TimelineView
-from tests.tui.sample_snapshots import busy_snapshot
+from llmd.wait_breakdown import WaitBreakdown
+from tests.tui.sample_snapshots import busy_snapshot, busy_wire, request_row, typed
 
 
 def model_after(num_snapshots: int, **kwargs) -> TopModel:
@@ -53,7 +56,8 @@ def test_an_automatic_selection_moves_to_the_top_row_when_its_request_leaves():
     model = model_after(1)
     assert model.selected_request_id == "req-11"
     snapshot = busy_snapshot(1)
-    snapshot["requests"] = snapshot["requests"][1:]  # req-11 finished and left
+    assert snapshot.requests is not None
+    snapshot = dataclasses.replace(snapshot, requests=snapshot.requests[1:])  # req-11 left
     model.apply(snapshot)
     assert model.selected_request_id == "req-12"
 
@@ -67,8 +71,8 @@ def test_selection_sticks_to_its_request_even_after_it_leaves_the_table():
     assert model.selected_request_id == "req-10"  # the last row (finished)
     model.cycle_sort()  # state: running first; the selected request stays selected
     assert model.sort_key == "state" and model.selected_request_id == "req-10"
-    snapshot = busy_snapshot(1)
-    snapshot["recent"] = []  # req-10 left the table: it stays selected until the user moves
+    # req-10 left the table: it stays selected until the user moves
+    snapshot = dataclasses.replace(busy_snapshot(1), recent=())
     model.apply(snapshot)
     assert model.selected_request_id == "req-10"
     assert model.view().selected_request_id == "req-10"
@@ -84,8 +88,12 @@ def test_a_timeline_for_another_request_is_not_shown():
 
 
 def test_a_dead_engine_snapshot_with_few_sections_still_renders():
+    wire = busy_wire(0)
+    wire["daemon"].update(state="dead", error="boom", model="m")
+    wire.update(latency={}, queue=None, kv=None, requests=None, num_requests=None, recent=None)
+    wire.update(block_map=None)
     model = TopModel(clock=lambda: 0.0)
-    model.apply({"time": 1.0, "daemon": {"state": "dead", "error": "boom", "model": "m"}})
+    model.apply(typed(wire))
     view = model.view()
     assert view.header.state == "dead" and view.header.error == "boom"
     assert view.requests == () and view.kv.cells == () and view.timeline is None
@@ -108,10 +116,10 @@ def test_pause_and_connection_state():
 
 def test_sorting_keeps_finished_rows_last():
     rows = [
-        RequestRow("a", "running", num_generated_tokens=5, age_s=1.0),
-        RequestRow("b", "finished", num_generated_tokens=50, age_s=9.0, is_finished=True),
-        RequestRow("c", "waiting", num_generated_tokens=0, age_s=3.0, ttft_s=None),
-        RequestRow("d", "running", num_generated_tokens=9, age_s=2.0, ttft_s=0.2),
+        request_row("a", "running", num_generated_tokens=5, age_s=1.0),
+        request_row("b", "finished", num_generated_tokens=50, age_s=9.0),
+        request_row("c", "waiting", num_generated_tokens=0, age_s=3.0, ttft_s=None),
+        request_row("d", "running", num_generated_tokens=9, age_s=2.0, ttft_s=0.2),
     ]
     keys = ("age", "generated", "state", "ttft")
     order = {key: [row.request_id for row in sort_rows(rows, key)] for key in keys}
@@ -124,13 +132,19 @@ def test_sorting_keeps_finished_rows_last():
 
 
 def test_timeline_strip_marks_queue_prefill_decode_and_preemption():
-    timeline = TimelineView(
+    timeline = RequestTimeline(
         request_id="r",
+        label=None,
         state="running",
+        waiting_on=None,
+        waits=WaitBreakdown(),
         age_s=10.0,
         first_scheduled_s=1.0,
+        first_token_s=None,
+        finished_s=None,
         events=((1.0, "prefill", 16), (5.0, "preempted", 0), (7.0, "prefill", 32)),
         token_times_s=(2.0, 2.1, 3.0, 8.0),
+        num_tokens_total=4,
     )
     assert queued_spans(timeline) == [(0.0, 1.0), (5.0, 7.0)]
     assert timeline_strip(timeline, 10) == "·P█▅ X·P▅ "
@@ -176,9 +190,10 @@ def test_backoff_doubles_caps_and_resets():
 
 def test_latest_slot_keeps_only_the_newest_and_signals_once():
     slot = LatestSlot()
-    assert slot.put({"n": 1}) is True
-    assert slot.put({"n": 2}) is False  # the app was already told
-    assert slot.take() == {"n": 2} and slot.take() is None
+    first, second = busy_snapshot(1), busy_snapshot(2)
+    assert slot.put(first) is True
+    assert slot.put(second) is False  # the app was already told
+    assert slot.take() is second and slot.take() is None
 
 
 def test_efficiency_against_a_known_peak_and_without_one():
@@ -203,9 +218,9 @@ def test_efficiency_against_a_known_peak_and_without_one():
 def test_the_best_rates_seen_are_the_yardstick_without_a_peak():
     model = TopModel(clock=lambda: 0.0)
     for step, rate in enumerate((0.1, 0.4, 0.2)):
-        snapshot = busy_snapshot(step)
-        snapshot["hardware"]["decode_gb_per_s"] = rate
-        model.apply(snapshot)
+        wire = busy_wire(step)
+        wire["hardware"]["decode_gb_per_s"] = rate
+        model.apply(typed(wire))
     efficiency = model.view().efficiency
     assert efficiency.best_decode_gb_per_s == 0.4 and efficiency.decode_gb_per_s == 0.2
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from llmd.protocol import StatsSnapshot
 from llmd.tui.top.app import create_top_app
 from llmd.wait_breakdown import WAIT_REASONS
 from tests.tui.fake_client import FakeAsyncClient
-from tests.tui.sample_snapshots import busy_snapshot
+from tests.tui.sample_snapshots import busy_wire, typed
 from tests.tui.screen_text import screen_text
 from tests.tui.waiting import wait_for
 
@@ -39,9 +40,9 @@ WAITS = {
 }
 
 
-def waits_snapshot(step: int, timeline_request_id: str | None) -> dict:
+def waits_snapshot(step: int, timeline_request_id: str | None) -> StatsSnapshot:
     """The busy sample snapshot with WAITS in its rows and the selected request's timeline."""
-    snapshot = busy_snapshot(step, timeline_request_id)
+    snapshot = busy_wire(step, timeline_request_id)
     for row in snapshot["requests"]:
         waits = WAITS.get(row["request_id"])
         if waits is not None:
@@ -63,7 +64,7 @@ def waits_snapshot(step: int, timeline_request_id: str | None) -> dict:
             "num_prefill_tokens": sum(waits["prefill_chunk_sizes"]),
             "num_preemptions": 0,
         }
-    return snapshot
+    return typed(snapshot)
 
 
 async def select(pilot, client, request_id: str, step: int = 0) -> str:

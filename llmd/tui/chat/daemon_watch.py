@@ -57,7 +57,7 @@ class DaemonWatch(ChatHost):
             health = await self.client.health()
             if daemon_identity(health) != daemon_identity(self.daemon_health or {}):
                 facts = await self.client.stats(include_requests=False, include_block_map=False)
-                health = {**health, "max_model_len": facts.get("daemon", {}).get("max_model_len")}
+                health = {**health, "max_model_len": facts.daemon.max_model_len}
             else:
                 health = {**health, "max_model_len": self.conversation.max_model_len}
             self.post_message(DaemonInfo(health))

@@ -225,12 +225,6 @@ class TopApp(App[None]):
         self.redraw(is_urgent=True)
 
 
-def create_top_app(
-    client_factory: Callable[[], Any],
-    address: str,
-    interval_s: float = DEFAULT_INTERVAL_S,
-    clock: Callable[[], float] = time.monotonic,
-    slow_redraw_s: float = SLOW_REDRAW_S,
-) -> TopApp:
-    """The top app; the CLI passes a factory of AsyncClients, tests one of fakes."""
-    return TopApp(client_factory, address, interval_s, clock, slow_redraw_s)
+create_top_app = TopApp
+"""The top app; the CLI passes a factory of AsyncClients, tests one of fakes (the name the
+CLI and the tests import, so the constructor's parameters are listed once)."""

@@ -16,6 +16,8 @@ FREE_GLYPH = "·"
 CACHED_GLYPH = "░"
 SHARED_GLYPH = "≡"
 OWNER_GLYPHS = string.ascii_uppercase + string.ascii_lowercase + string.digits
+STATE_GLYPHS = {FREE: FREE_GLYPH, CACHED: CACHED_GLYPH, SHARED: SHARED_GLYPH}
+"""The glyph of each code that is not an owner index."""
 
 
 def owner_glyph(owner_index: int) -> str:
@@ -34,13 +36,7 @@ def fit_cells(cells: Sequence[int], capacity: int) -> tuple[list[int], int]:
 
 def glyph(code: int) -> str:
     """The character of one cell's code."""
-    if code == FREE:
-        return FREE_GLYPH
-    if code == CACHED:
-        return CACHED_GLYPH
-    if code == SHARED:
-        return SHARED_GLYPH
-    return owner_glyph(code)
+    return STATE_GLYPHS.get(code) or owner_glyph(code)
 
 
 def grid_rows(cells: Sequence[int], width: int, max_rows: int) -> tuple[list[list[int]], int]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from textual.message import Message
 
+from llmd.protocol import StatsSnapshot
 from llmd.protocol.client_messages import MIN_SUBSCRIBE_INTERVAL_MS
 from llmd.tui.backoff import Backoff
 from llmd.tui.top.events import FeedLive, FeedLost, SnapshotReady
@@ -26,15 +27,15 @@ class LatestSlot:
     """Holds only the newest snapshot."""
 
     def __init__(self) -> None:
-        self._snapshot: dict[str, Any] | None = None
+        self._snapshot: StatsSnapshot | None = None
 
-    def put(self, snapshot: dict[str, Any]) -> bool:
+    def put(self, snapshot: StatsSnapshot) -> bool:
         """Store `snapshot` (replacing an untaken one); True when the slot was empty."""
         was_empty = self._snapshot is None
         self._snapshot = snapshot
         return was_empty
 
-    def take(self) -> dict[str, Any] | None:
+    def take(self) -> StatsSnapshot | None:
         """The newest snapshot, emptying the slot (None when nothing new arrived)."""
         snapshot, self._snapshot = self._snapshot, None
         return snapshot
@@ -95,7 +96,7 @@ class SnapshotFeed:
                 else:
                     return
 
-    def _on_snapshot(self, snapshot: dict[str, Any]) -> None:
+    def _on_snapshot(self, snapshot: StatsSnapshot) -> None:
         if not self._is_live:
             self._is_live = True
             self.backoff.reset()

@@ -158,7 +158,7 @@ def waiting_on_max_num_seqs(view: TopView) -> Hint | None:
     num_held, longest = _held_by(view, MAX_NUM_SEQS)
     if not num_held:
         return None
-    limit = view.header.max_num_seqs
+    limit = None if view.header is None else view.header.max_num_seqs
     return Hint(
         MAX_NUM_SEQS,
         f"{num_held} waiting on max_num_seqs (the running set is full"
@@ -172,7 +172,7 @@ def waiting_on_token_budget(view: TopView) -> Hint | None:
     num_held, longest = _held_by(view, TOKEN_BUDGET)
     if not num_held:
         return None
-    budget = view.header.max_num_batched_tokens
+    budget = None if view.header is None else view.header.max_num_batched_tokens
     return Hint(
         TOKEN_BUDGET,
         f"{num_held} waiting on token_budget (every step's "

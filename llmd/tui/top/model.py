@@ -11,26 +11,21 @@ import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
+from llmd.protocol import StatsSnapshot
+from llmd.protocol.engine_sections import RequestRow
 from llmd.tui.top.hints import find_hints
 from llmd.tui.top.reader import (
-    integer,
-    number,
-    read_block_map,
     read_efficiency,
-    read_header,
+    read_kv,
     read_latency,
+    read_queue,
     read_requests,
-    read_timeline,
-    section,
 )
 from llmd.tui.top.sorting import SORT_KEYS, sort_rows
 from llmd.tui.top.view import (
     ConnectionView,
-    KVView,
     QueueView,
-    RequestRow,
     StepView,
     ThroughputView,
     TopView,
@@ -70,7 +65,7 @@ class TopModel:
         self.history: dict[str, deque[float]] = {
             name: deque(maxlen=history_length) for name in SERIES
         }
-        self.snapshot: dict[str, Any] | None = None
+        self.snapshot: StatsSnapshot | None = None
         self._read_rows: tuple[object, str, list[RequestRow], int] | None = None
         """(snapshot, sort key, sorted rows, live count) of the last table read."""
         self._previous_totals: tuple[float, float, float, float] | None = None
@@ -87,7 +82,7 @@ class TopModel:
 
     # ------------------------------------------------------------------ inputs
 
-    def apply(self, snapshot: dict[str, Any]) -> None:
+    def apply(self, snapshot: StatsSnapshot) -> None:
         """Take a new snapshot: extend the history and keep the selection valid."""
         self.snapshot = snapshot
         self._last_update = self._clock()
@@ -146,13 +141,13 @@ class TopModel:
         if snapshot is None:
             return TopView(connection=connection, sort_key=self.sort_key)
         rows = self._rows()
-        timeline = read_timeline(snapshot)
+        timeline = snapshot.timeline
         if timeline is not None and timeline.request_id != self.selected_request_id:
             timeline = None  # a snapshot taken before the selection changed
         view = TopView(
-            header=read_header(snapshot),
+            header=snapshot.daemon,
             queue=self._queue_view(snapshot),
-            kv=self._kv_view(snapshot),
+            kv=read_kv(snapshot, tuple(self.history["kv_usage"])),
             steps=self._step_view(snapshot),
             throughput=self._throughput_view(snapshot),
             latency=read_latency(snapshot),
@@ -210,29 +205,27 @@ class TopModel:
         elif index is not None:
             self._selected_index = index
 
-    def _record(self, snapshot: dict[str, Any]) -> None:
-        queue, kv, totals = (section(snapshot, name) for name in ("queue", "kv", "totals"))
-        now = number(snapshot, "time") or self._clock()
+    def _record(self, snapshot: StatsSnapshot) -> None:
+        queue, kv, totals = read_queue(snapshot), snapshot.kv, snapshot.totals
+        throughput, hardware = snapshot.throughput, snapshot.hardware
+        now = snapshot.time
         current = (
             now,
-            float(integer(totals, "steps")),
-            float(integer(totals, "prompt_tokens")),
-            float(integer(totals, "generation_tokens")),
+            float(totals.steps),
+            float(totals.prompt_tokens),
+            float(totals.generation_tokens),
         )
-        hardware = section(snapshot, "hardware")
-        for key in ("decode_gb_per_s", "prefill_tflop_per_s"):
-            value = number(hardware, key)
+        for key, value in (
+            ("decode_gb_per_s", hardware.decode_gb_per_s),
+            ("prefill_tflop_per_s", hardware.prefill_tflop_per_s),
+        ):
             if value is not None and value > self.best_rates.get(key, 0.0):
                 self.best_rates[key] = value
-        throughput = section(snapshot, "throughput")
-        rates = tuple(  # the first point (or after a restart): the window's averages
-            number(throughput, key) or 0.0
-            for key in (
-                "prompt_tokens_per_step",
-                "generation_tokens_per_step",
-                "prompt_tokens_per_s",
-                "generation_tokens_per_s",
-            )
+        rates = (  # the first point (or after a restart): the window's averages
+            throughput.prompt_tokens_per_step or 0.0,
+            throughput.generation_tokens_per_step or 0.0,
+            throughput.prompt_tokens_per_s,
+            throughput.generation_tokens_per_s,
         )
         if self._previous_totals is not None:
             d_time, d_steps, d_prompt, d_generation = (
@@ -245,11 +238,11 @@ class TopModel:
         self._previous_totals = current
         values = (
             now,
-            integer(queue, "waiting"),
-            integer(queue, "running"),
-            integer(queue, "preempted"),
-            integer(queue, "preemptions_total"),
-            number(kv, "usage") or 0.0,
+            queue.waiting,
+            queue.running,
+            queue.preempted,
+            queue.preemptions_total,
+            0.0 if kv is None else kv.usage,
             *rates,
         )
         for name, value in zip(SERIES, values):
@@ -264,15 +257,15 @@ class TopModel:
         pairs = [(t, v) for t, v in zip(times, self.history[name]) if t >= horizon]
         return [t for t, _ in pairs], [v for _, v in pairs]
 
-    def _queue_view(self, snapshot: dict[str, Any]) -> QueueView:
-        queue = section(snapshot, "queue")
+    def _queue_view(self, snapshot: StatsSnapshot) -> QueueView:
+        queue = read_queue(snapshot)
         times, waiting = self._recent("waiting")
         _, preemptions = self._recent("preemptions_total")
         return QueueView(
-            waiting=integer(queue, "waiting"),
-            running=integer(queue, "running"),
-            preempted=integer(queue, "preempted"),
-            preemptions_total=integer(queue, "preemptions_total"),
+            waiting=queue.waiting,
+            running=queue.running,
+            preempted=queue.preempted,
+            preemptions_total=queue.preemptions_total,
             waiting_history=tuple(self.history["waiting"]),
             running_history=tuple(self.history["running"]),
             preempted_history=tuple(self.history["preempted"]),
@@ -282,50 +275,34 @@ class TopModel:
             else 0,
         )
 
-    def _kv_view(self, snapshot: dict[str, Any]) -> KVView:
-        kv = section(snapshot, "kv")
-        cells, owners, blocks_per_cell = read_block_map(snapshot)
-        block_size = number(kv, "block_size")
-        return KVView(
-            block_size=None if block_size is None else int(block_size),
-            num_total=integer(kv, "num_total"),
-            num_used=integer(kv, "num_used"),
-            num_cached=integer(kv, "num_cached"),
-            num_free=integer(kv, "num_free"),
-            usage=number(kv, "usage"),
-            prefix_hit_rate=number(kv, "prefix_hit_rate"),
-            usage_history=tuple(self.history["kv_usage"]),
-            cells=cells,
-            owners=owners,
-            blocks_per_cell=blocks_per_cell,
-        )
-
-    def _step_view(self, snapshot: dict[str, Any]) -> StepView:
-        step = section(snapshot, "step")
-        throughput = section(snapshot, "throughput")
-        step_time = section(step, "time")
-        phases = ("schedule", "prepare", "forward", "sample", "idle_gap")
+    def _step_view(self, snapshot: StatsSnapshot) -> StepView:
+        step, throughput = snapshot.step, snapshot.throughput
         return StepView(
-            prompt_tokens_per_step=number(throughput, "prompt_tokens_per_step"),
-            generation_tokens_per_step=number(throughput, "generation_tokens_per_step"),
+            prompt_tokens_per_step=throughput.prompt_tokens_per_step,
+            generation_tokens_per_step=throughput.generation_tokens_per_step,
             prompt_per_step_history=tuple(self.history["prompt_per_step"]),
             generation_per_step_history=tuple(self.history["generation_per_step"]),
-            steps_per_s=number(throughput, "steps_per_s"),
-            step_mean_s=number(step_time, "mean"),
-            step_p99_s=number(step_time, "p99"),
-            phase_ms={phase: number(step, f"{phase}_ms") for phase in phases},
-            prefill_time_share=number(step, "prefill_time_share"),
+            steps_per_s=throughput.steps_per_s,
+            step_mean_s=step.time.mean,
+            step_p99_s=step.time.p99,
+            phase_ms={
+                "schedule": step.schedule_ms,
+                "prepare": step.prepare_ms,
+                "forward": step.forward_ms,
+                "sample": step.sample_ms,
+                "idle_gap": step.idle_gap_ms,
+            },
+            prefill_time_share=step.prefill_time_share,
         )
 
-    def _throughput_view(self, snapshot: dict[str, Any]) -> ThroughputView:
-        throughput = section(snapshot, "throughput")
-        totals = section(snapshot, "totals")
+    def _throughput_view(self, snapshot: StatsSnapshot) -> ThroughputView:
+        throughput, totals = snapshot.throughput, snapshot.totals
         return ThroughputView(
-            prompt_tokens_per_s=number(throughput, "prompt_tokens_per_s"),
-            generation_tokens_per_s=number(throughput, "generation_tokens_per_s"),
-            requests_per_s=number(throughput, "requests_per_s"),
+            prompt_tokens_per_s=throughput.prompt_tokens_per_s,
+            generation_tokens_per_s=throughput.generation_tokens_per_s,
+            requests_per_s=throughput.requests_per_s,
             prompt_history=tuple(self.history["prompt_per_s"]),
             generation_history=tuple(self.history["generation_per_s"]),
-            total_prompt_tokens=integer(totals, "prompt_tokens"),
-            total_generation_tokens=integer(totals, "generation_tokens"),
+            total_prompt_tokens=totals.prompt_tokens,
+            total_generation_tokens=totals.generation_tokens,
         )

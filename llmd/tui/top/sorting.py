@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from llmd.tui.top.view import RequestRow
+from llmd.protocol.engine_sections import RequestRow
 
 STATE_ORDER = {"running": 0, "preempted": 1, "waiting": 2, "finished": 3}
 

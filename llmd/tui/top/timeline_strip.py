@@ -6,8 +6,8 @@ how many tokens landed in them, so stalls between tokens show up as gaps.
 
 from __future__ import annotations
 
+from llmd.protocol.engine_sections import RequestTimeline
 from llmd.tui.formatting import SPARK_LEVELS
-from llmd.tui.top.view import TimelineView
 
 QUEUED = "·"
 PREFILL = "P"
@@ -16,7 +16,7 @@ STALLED = " "
 LEGEND = f"{QUEUED} queued  {PREFILL} prefill  ▁▄█ decode tokens  {PREEMPTED} preempted"
 
 
-def queued_spans(timeline: TimelineView) -> list[tuple[float, float]]:
+def queued_spans(timeline: RequestTimeline) -> list[tuple[float, float]]:
     """Intervals (seconds since arrival) the request spent waiting to be scheduled."""
     end = timeline.finished_s if timeline.finished_s is not None else timeline.age_s
     first = timeline.first_scheduled_s
@@ -29,7 +29,7 @@ def queued_spans(timeline: TimelineView) -> list[tuple[float, float]]:
     return spans
 
 
-def timeline_strip(timeline: TimelineView, width: int) -> str:
+def timeline_strip(timeline: RequestTimeline, width: int) -> str:
     """`width` characters covering arrival to now; see LEGEND for the symbols."""
     if width <= 0:
         return ""

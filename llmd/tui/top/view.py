@@ -1,37 +1,15 @@
 """What `llmd top` draws: frozen view dataclasses, one per screen region.
 
-Panels and hint rules read only these, never raw snapshots, so the screen can be tested
-from fixed values and a missing snapshot key becomes None in exactly one place.
+Panels and hint rules read only these (the daemon facts, request rows and the timeline are
+the protocol's own types), never whole snapshots, so the screen can be tested from fixed values.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmd.wait_breakdown import WaitBreakdown
-
-
-@dataclass(frozen=True)
-class HeaderView:
-    """Who is being monitored."""
-
-    model: str | None = None
-    device: str | None = None
-    dtype: str | None = None
-    device_name: str | None = None
-    """The accelerator's name (e.g. "NVIDIA H100 80GB HBM3"), or "cpu"."""
-    attention_backend: str | None = None
-    address: str | None = None
-    uptime_s: float | None = None
-    state: str | None = None
-    """ok, draining or dead."""
-    error: str | None = None
-    scheduling_policy: str | None = None
-    max_num_batched_tokens: int | None = None
-    """The per-step token budget."""
-    max_num_seqs: int | None = None
-    num_in_flight: int | None = None
-    version: str | None = None
+from llmd.protocol.engine_sections import RequestRow, RequestTimeline
+from llmd.protocol.stats_snapshot import DaemonSection
 
 
 @dataclass(frozen=True)
@@ -134,51 +112,6 @@ class EfficiencyView:
 
 
 @dataclass(frozen=True)
-class RequestRow:
-    """One request in the table."""
-
-    request_id: str
-    state: str
-    num_prompt_tokens: int = 0
-    num_generated_tokens: int = 0
-    max_tokens: int = 0
-    prefill_progress: float = 0.0
-    decode_progress: float = 0.0
-    age_s: float = 0.0
-    ttft_s: float | None = None
-    num_preemptions: int = 0
-    finish_reason: str | None = None
-    is_finished: bool = False
-    label: str | None = None
-    """The client's name for the request (an HTTP X-Request-Id), shown instead of its id."""
-    waiting_on: str | None = None
-    """The wait reason (llmd.wait_breakdown) holding it now, while it waits."""
-    wait_s: float = 0.0
-    """Seconds it has waited for admission so far."""
-
-
-@dataclass(frozen=True)
-class TimelineView:
-    """The selected request's lifecycle, in seconds since its arrival."""
-
-    request_id: str
-    state: str
-    age_s: float
-    first_scheduled_s: float | None = None
-    first_token_s: float | None = None
-    finished_s: float | None = None
-    events: tuple[tuple[float, str, int], ...] = ()
-    """(seconds since arrival, 'prefill' or 'preempted', tokens)."""
-    token_times_s: tuple[float, ...] = ()
-    num_tokens_total: int = 0
-    label: str | None = None
-    waiting_on: str | None = None
-    """The wait reason holding it now (None once it runs)."""
-    waits: WaitBreakdown | None = None
-    """Why it waited, for how long, and how its prompt was computed (None: not reported)."""
-
-
-@dataclass(frozen=True)
 class ConnectionView:
     """The link to the daemon, as the header shows it."""
 
@@ -204,7 +137,8 @@ class Hint:
 class TopView:
     """Everything on the screen."""
 
-    header: HeaderView = field(default_factory=HeaderView)
+    header: DaemonSection | None = None
+    """The daemon facts the header shows (None before the first snapshot)."""
     queue: QueueView = field(default_factory=QueueView)
     kv: KVView = field(default_factory=KVView)
     steps: StepView = field(default_factory=StepView)
@@ -215,7 +149,7 @@ class TopView:
     num_live_requests: int = 0
     selected_request_id: str | None = None
     sort_key: str = "age"
-    timeline: TimelineView | None = None
+    timeline: RequestTimeline | None = None
     connection: ConnectionView = field(default_factory=ConnectionView)
     hints: tuple[Hint, ...] = ()
     has_snapshot: bool = False

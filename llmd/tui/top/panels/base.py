@@ -32,6 +32,8 @@ class Panel(Widget):
     IS_SLOW = False
     """A slow-moving, costly panel (windowed percentiles, the block map): it redraws at
     most once per the app's `slow_redraw_s`, off the snapshot-rate path."""
+    SECTION = ""
+    """The TopView field the panel draws (its state, see `state_of`); "" for the whole view."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -58,7 +60,7 @@ class Panel(Widget):
 
     def state_of(self, view: TopView) -> object:
         """The part of `view` this panel draws: when it is unchanged, nothing is redrawn."""
-        return view
+        return getattr(view, self.SECTION) if self.SECTION else view
 
     def show(self, view: TopView, now: float = 0.0, slow_redraw_s: float = 0.0) -> bool:
         """Redraw from `view` if what this panel shows changed; True when it did.

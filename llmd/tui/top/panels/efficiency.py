@@ -38,10 +38,8 @@ class EfficiencyPanel(Panel):
     """Share of wall time spent stepping, decode GB/s and prefill TFLOP/s vs the device."""
 
     TITLE = "Efficiency"
+    SECTION = "efficiency"
     IS_SLOW = True
-
-    def state_of(self, view: TopView) -> object:
-        return view.efficiency
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         efficiency = view.efficiency

@@ -8,9 +8,10 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
+from llmd.protocol.stats_snapshot import DaemonSection
 from llmd.tui.formatting import MISSING, fmt_uptime, truncate
 from llmd.tui.top.panels.base import Panel, join_lines
-from llmd.tui.top.view import ConnectionView, HeaderView, TopView
+from llmd.tui.top.view import ConnectionView, TopView
 
 
 def connection_text(connection: ConnectionView, address: str) -> Text:
@@ -30,22 +31,19 @@ def connection_text(connection: ConnectionView, address: str) -> Text:
     )
 
 
-def policy_text(header: HeaderView, is_compact: bool = False) -> str:
-    """'fcfs, budget 2048 tok/step, ≤256 seqs' ('fcfs 2048 tok/step ≤256 seqs' compact),
-    with '-' for what the daemon did not send."""
+def policy_text(header: DaemonSection, is_compact: bool = False) -> str:
+    """'fcfs, budget 2048 tok/step, ≤256 seqs' ('fcfs 2048 tok/step ≤256 seqs' compact)."""
     policy = header.scheduling_policy or MISSING
-    budget = MISSING if header.max_num_batched_tokens is None else header.max_num_batched_tokens
+    budget = header.max_num_batched_tokens
     text = f"{policy} {budget} tok/step" if is_compact else f"{policy}, budget {budget} tok/step"
-    if header.max_num_seqs is not None:
-        text += f"{' ' if is_compact else ', '}≤{header.max_num_seqs} seqs"
-    return text
+    return text + f"{' ' if is_compact else ', '}≤{header.max_num_seqs} seqs"
 
 
 SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 SEPARATOR = " │ "
 
 
-def facts_of(header: HeaderView, is_compact: bool) -> list[str]:
+def facts_of(header: DaemonSection, is_compact: bool) -> list[str]:
     """Model name, device/dtype, uptime and policy (dtype and policy abbreviated if compact)."""
     model = header.model or MISSING
     dtype = header.dtype or MISSING
@@ -88,8 +86,9 @@ class HeaderPanel(Panel):
 
     def state_of(self, view: TopView) -> object:
         """What the header shows: uptime in whole seconds, the link's age only once lost."""
-        uptime = view.header.uptime_s
-        header = dataclasses.replace(view.header, uptime_s=None if uptime is None else int(uptime))
+        header = view.header
+        if header is not None:
+            header = dataclasses.replace(header, uptime_s=int(header.uptime_s))
         connection = view.connection
         if connection.status == "live":
             connection = dataclasses.replace(connection, last_update_age_s=None)
@@ -113,9 +112,9 @@ class HeaderPanel(Panel):
         is_tall = self.screen.has_class("-tall")
         status = connection_text(view.connection, self.address)
         title = Text("llmd top", style="bold")
-        if not view.has_snapshot:
-            return flow([Text(" ").join([title, status])], width)
         header = view.header
+        if not view.has_snapshot or header is None:
+            return flow([Text(" ").join([title, status])], width)
         lead = title if is_tall else Text(" ").join([title, status])
         engine: list[Text] = []
         state = header.state or MISSING
@@ -131,12 +130,11 @@ class HeaderPanel(Panel):
         if len(lines) > 1 and not is_tall:  # one line short of room: the link state leads, no title
             lines = flow([status, *engine, *facts], width)
         if is_tall:
-            lines.append(self._where_line(view, status, width))
+            lines.append(self._where_line(header, status, width))
         return lines
 
-    def _where_line(self, view: TopView, status: Text, width: int) -> Text:
+    def _where_line(self, header: DaemonSection, status: Text, width: int) -> Text:
         """'ipc://… · v0.1.0 · triton attention · NVIDIA H100  ● live' (the address cut first)."""
-        header = view.header
         details = [header.address or self.address, f"v{header.version or MISSING}"]
         if header.attention_backend:
             details.append(f"{header.attention_backend} attention")

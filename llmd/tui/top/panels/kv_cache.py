@@ -15,27 +15,21 @@ OWNER_COLORS = (
     "bright_cyan", "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red",
 )  # fmt: skip
 USED_STYLE, CACHED_STYLE, FREE_STYLE, SHARED_STYLE = "bold cyan", "blue", "dim", "bold white"
+STATE_STYLES = {FREE: FREE_STYLE, CACHED: CACHED_STYLE, SHARED: SHARED_STYLE}
+"""The colour of each block-map code that is not an owner index."""
 
 
 def cell_style(code: int) -> str:
     """Colour of a block-map cell: owners cycle through a palette."""
-    if code == FREE:
-        return FREE_STYLE
-    if code == CACHED:
-        return CACHED_STYLE
-    if code == SHARED:
-        return SHARED_STYLE
-    return OWNER_COLORS[code % len(OWNER_COLORS)]
+    return STATE_STYLES.get(code) or OWNER_COLORS[code % len(OWNER_COLORS)]
 
 
 class KVCachePanel(Panel):
     """Occupancy bar, counts, prefix-cache hit rate and who owns which block."""
 
     TITLE = "KV cache"
+    SECTION = "kv"
     IS_SLOW = True
-
-    def state_of(self, view: TopView) -> object:
-        return view.kv
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         kv = view.kv

@@ -39,10 +39,8 @@ class LatencyPanel(Panel):
     """A p50/p90/p99 table over the daemon's metrics window, then goodput."""
 
     TITLE = "Latency"
+    SECTION = "latency"
     IS_SLOW = True
-
-    def state_of(self, view: TopView) -> object:
-        return view.latency
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         latency = view.latency

@@ -17,9 +17,7 @@ class QueuePanel(Panel):
     lines tall when the panel has the room)."""
 
     TITLE = "Queue"
-
-    def state_of(self, view: TopView) -> object:
-        return view.queue
+    SECTION = "queue"
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         queue = view.queue

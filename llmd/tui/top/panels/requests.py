@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
+from llmd.protocol.engine_sections import RequestRow
 from llmd.tui.formatting import MISSING, bar, fmt_percent, fmt_seconds, fmt_uptime
 from llmd.tui.top.panels.base import Panel, join_lines
-from llmd.tui.top.view import RequestRow, TopView
+from llmd.tui.top.view import TopView
 
 STATE_STYLES = {"running": "green", "waiting": "yellow", "preempted": "red", "finished": "dim"}
 

@@ -19,10 +19,8 @@ class StepsPanel(Panel):
     """Per-step token mix (prefill vs decode) and the split of step time by phase."""
 
     TITLE = "Prefill/decode"
+    SECTION = "steps"
     IS_SLOW = True
-
-    def state_of(self, view: TopView) -> object:
-        return view.steps
 
     def draw(self, view: TopView, width: int, height: int) -> Text:
         steps = view.steps

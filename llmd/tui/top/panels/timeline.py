@@ -8,8 +8,8 @@ from llmd.tui.formatting import MISSING, fmt_seconds
 from llmd.tui.top.panels.base import Panel, join_lines, styled_runs, wrapped
 from llmd.tui.top.panels.requests import table_lines, tall_and_unzoomed
 from llmd.tui.top.timeline_strip import LEGEND, PREEMPTED, PREFILL, QUEUED, timeline_strip
-from llmd.tui.top.view import TimelineView, TopView
-from llmd.tui.top.wait_text import plural, prefill_text, waits_text
+from llmd.tui.top.view import TopView
+from llmd.tui.top.wait_text import prefill_text, waits_text
 
 GLYPH_STYLES = {PREFILL: "bold yellow", PREEMPTED: "bold red", QUEUED: "dim"}
 
@@ -62,25 +62,17 @@ class TimelinePanel(Panel):
         )
         if timeline.finished_s is not None:
             milestones.append(f" · done +{fmt_seconds(timeline.finished_s)}", style="dim")
-        waits = timeline.waits
-        why = [] if waits is None else [waits_text(waits, timeline.waiting_on)]
-        chunks = Text(events_text(timeline) if waits is None else prefill_text(waits), style="dim")
+        why = waits_text(timeline.waits, timeline.waiting_on)
+        chunks = Text(prefill_text(timeline.waits), style="dim")
         strip = styled_runs(timeline_strip(timeline, width), lambda c: GLYPH_STYLES.get(c, "green"))
         end = timeline.finished_s if timeline.finished_s is not None else timeline.age_s
         end_text = fmt_seconds(end) if end is not None else MISSING
         axis = Text("0".ljust(max(1, width - len(end_text))) + end_text, style="dim")
         console = self.app.console
         lines = [
-            *wrapped([title, *why, milestones, chunks], width, console),
+            *wrapped([title, why, milestones, chunks], width, console),
             strip,
             axis,
             *wrapped([Text(LEGEND, style="dim")], width, console),
         ]
         return join_lines(lines, height)
-
-
-def events_text(timeline: TimelineView) -> str:
-    """Chunks and preemptions counted from the events (a daemon that sends no waits)."""
-    num_prefill = sum(1 for _, kind, _ in timeline.events if kind == "prefill")
-    num_preempted = sum(1 for _, kind, _ in timeline.events if kind == "preempted")
-    return f"{plural(num_prefill, 'prefill chunk')}, {plural(num_preempted, 'preemption')}"
