@@ -4,9 +4,10 @@ They keep docs/ARCHITECTURE.md's map true: (a) the control plane loads no heavy 
 import time; (b) the client, protocol and TUI import nothing of the engine side; (c) the TUI
 imports no CLI command code; (d) the daemon imports no CLI; (e) no llmd modules import each
 other in a cycle, lazy imports included; (f) no module uses another module's private names;
-(g) the daemon and the warm-up read no scheduler, block manager or runner (only the engine's `facts()`,
-`snapshot()` and request API); (h) the runner reads plans as data: it imports no engine
-`Request`, scheduler or block manager itself and reads no `.request` handle. b-d hold at
+(g) the daemon and the warm-up read no scheduler, block manager or runner (only the
+engine's `facts()`, `snapshot()` and request API); (h) the runner reads plans as data: it
+imports no engine `Request`, scheduler or block manager itself and reads no `.request`
+handle. b-d hold at
 any level (a lazy import counts) and through whatever the imported module loads. Every rule
 also runs on a small synthetic package with known violations, so a rule that stops
 detecting anything fails as well. There is no list of project exceptions: a violation is
