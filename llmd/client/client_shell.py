@@ -59,7 +59,8 @@ class ClientShell(Generic[StreamT, SnapshotsT]):
 
     def subscribe(self, interval_ms: int = 1000, **options: Unpack[SnapshotOptions]) -> SnapshotsT:
         """Iterate a snapshot every `interval_ms`; closing the iterator unsubscribes."""
-        return self._snapshots(SubscribeRequest(self._core.new_id(), interval_ms, **options))
+        request = SubscribeRequest(self._core.new_id(), interval_ms=interval_ms, **options)
+        return self._snapshots(request)
 
     def _events(self, request: GenerateRequest) -> StreamT:
         """Send `request` on first iteration, then yield its events until Finished."""

@@ -100,10 +100,9 @@ class AbortRequest(ClientRequest):
 
 
 @dataclass(frozen=True)
-class StatsRequest(ClientRequest):
-    """Ask for one metrics snapshot."""
+class SnapshotQuery(ClientRequest):
+    """What a stats snapshot includes: the options that `stats` and `subscribe` share."""
 
-    TYPE = "stats"
     include_requests: bool = True
     """Include the per-request table (live and recently finished requests)."""
     include_block_map: bool = True
@@ -119,15 +118,18 @@ class StatsRequest(ClientRequest):
 
 
 @dataclass(frozen=True)
-class SubscribeRequest(ClientRequest):
+class StatsRequest(SnapshotQuery):
+    """Ask for one metrics snapshot."""
+
+    TYPE = "stats"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubscribeRequest(SnapshotQuery):
     """Receive a stats snapshot every `interval_ms` until unsubscribe or disconnect."""
 
     TYPE = "subscribe"
     interval_ms: int = 1000
-    include_requests: bool = True
-    include_block_map: bool = True
-    timeline_request_id: str | None = None
-    max_requests: int = 64
 
     def validate(self) -> None:
         super().validate()
@@ -136,7 +138,6 @@ class SubscribeRequest(ClientRequest):
             "interval_ms",
             f"must be in [{MIN_SUBSCRIBE_INTERVAL_MS}, {MAX_SUBSCRIBE_INTERVAL_MS}]",
         )
-        check_max_requests(self.max_requests)
 
     def stats_request(self) -> StatsRequest:
         """The one-shot request each tick of this subscription answers."""

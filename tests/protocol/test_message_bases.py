@@ -21,11 +21,11 @@ FIELD_ORDER = {
     "unsubscribe": ["id"],
     "subscribe": [
         "id",
-        "interval_ms",
         "include_requests",
         "include_block_map",
         "timeline_request_id",
         "max_requests",
+        "interval_ms",
     ],
     "prefill_progress": ["id", "num_computed_tokens", "num_prompt_tokens"],
     "ack": ["id", "message"],

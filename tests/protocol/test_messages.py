@@ -192,4 +192,4 @@ def test_messages_validate_when_built_locally():
         GenerateRequest("x", prompt="p", sampling_params={"top_k": -5})
     assert error.value.parameter == "top_k"
     assert GenerateRequest("x", prompt="p", sampling_params={"top_k": 4}).params().top_k == 4
-    assert SubscribeRequest("s", 100, max_requests=3).stats_request().max_requests == 3
+    assert SubscribeRequest("s", interval_ms=100, max_requests=3).stats_request().max_requests == 3
