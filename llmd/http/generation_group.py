@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from llmd.client import AsyncClient, Completion, StreamEvent
@@ -37,37 +38,37 @@ GroupItem = StreamEvent | Completion
 """What `next` returns for one prompt: a stream's event, or a whole completion."""
 
 
+@dataclass(eq=False)
 class GenerationGroup:
     """Runs `inputs` (client keyword arguments, one per request) with shared `params`.
 
     An input may carry its own "params" (the n choices of one prompt differ by seed).
     """
 
-    def __init__(
-        self,
-        client: AsyncClient,
-        inputs: list[PromptInput],
-        params: dict[str, object],
-        stream: bool,
-        label: str | None = None,
-    ) -> None:
-        self._client = client
-        self._label = label
-        """Every daemon request's label (the HTTP request's X-Request-Id)."""
-        self._inputs = inputs
-        self._params = params
-        self._stream = stream
-        self._queue: asyncio.Queue[tuple[int, GroupItem | Exception | _Done]] = asyncio.Queue()
-        self._buffer: deque[tuple[int, GroupItem | Exception | _Done]] = deque()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._is_cancelled = False
-        self.num_open = len(inputs)
-        """Prompts whose stream has not ended yet."""
+    client: AsyncClient
+    inputs: list[PromptInput]
+    params: dict[str, object]
+    stream: bool
+    label: str | None = None
+    """Every daemon request's label (the HTTP request's X-Request-Id)."""
+    num_open: int = field(init=False)
+    """Prompts whose stream has not ended yet."""
+    _queue: asyncio.Queue[tuple[int, GroupItem | Exception | _Done]] = field(
+        default_factory=asyncio.Queue, init=False
+    )
+    _buffer: deque[tuple[int, GroupItem | Exception | _Done]] = field(
+        default_factory=deque, init=False
+    )
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    _is_cancelled: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.num_open = len(self.inputs)
 
     def start(self) -> None:
         """Send every prompt to the daemon."""
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._pump(i, kw)) for i, kw in enumerate(self._inputs)]
+        self._tasks = [loop.create_task(self._pump(i, kw)) for i, kw in enumerate(self.inputs)]
 
     def cancel(self) -> None:
         """Abort every prompt still running (safe to call from a cancelled context).
@@ -100,7 +101,7 @@ class GenerationGroup:
         Events that arrive meanwhile are kept and come out of next() in order, so a
         refusal (too long, overloaded) is still answered with an HTTP status, not a stream.
         """
-        pending = set(range(len(self._inputs)))
+        pending = set(range(len(self.inputs)))
         held: list[tuple[int, GroupItem | _Done]] = []
         while pending:
             index, item = await self._queue.get()
@@ -113,7 +114,7 @@ class GenerationGroup:
 
     async def completions(self) -> list[Completion]:
         """Non-streaming: every prompt's Completion, in prompt order."""
-        results: list[Completion | None] = [None] * len(self._inputs)
+        results: list[Completion | None] = [None] * len(self.inputs)
         while (item := await self.next()) is not None:
             index, result = item
             if isinstance(result, Completion):  # without streaming, nothing else is queued
@@ -125,22 +126,22 @@ class GenerationGroup:
         return {
             "messages": prompt.get("messages"),
             "prompt_token_ids": prompt.get("prompt_token_ids"),
-            "params": prompt.get("params", self._params),
-            "label": self._label,
+            "params": prompt.get("params", self.params),
+            "label": self.label,
         }
 
     async def _pump(self, index: int, prompt: PromptInput) -> None:
         try:
             request = self._request(prompt)
-            if self._stream:
-                stream = self._client.stream(prompt.get("prompt"), **request)
+            if self.stream:
+                stream = self.client.stream(prompt.get("prompt"), **request)
                 async with contextlib.aclosing(stream) as events:
                     async for event in events:
                         if self._is_cancelled:
                             break  # closing the stream sends the abort
                         self._queue.put_nowait((index, event))
             else:
-                completion = await self._client.generate(prompt.get("prompt"), **request)
+                completion = await self.client.generate(prompt.get("prompt"), **request)
                 self._queue.put_nowait((index, completion))
         except asyncio.CancelledError:
             raise
