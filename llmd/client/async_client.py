@@ -18,7 +18,7 @@ import zmq.asyncio
 from llmd.client.client_core import health_dict, one_shot_reply
 from llmd.client.client_shell import DEFAULT_TIMEOUT_S, ClientShell
 from llmd.client.completion import Completion, StreamEvent
-from llmd.client.deadline import wait_within
+from llmd.client.deadline import Wakeups, wait_within
 from llmd.client.errors import daemon_not_running
 from llmd.client.wire import encode_request, make_socket, with_expiry
 from llmd.protocol import (
@@ -52,8 +52,8 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
         self._context = zmq.asyncio.Context.instance()
         self._socket: zmq.asyncio.Socket | None = None
         self._reader: asyncio.Task[None] | None = None
-        self._wakeups: dict[str, asyncio.Event] = {}
-        """Per open request: set when the core filed something in its inbox."""
+        self._wakeups = Wakeups()
+        """Wakes the coroutine of an open request when the core filed something for it."""
         self._hello: asyncio.Task[None] | None = None
         """The handshake of the current socket (shared by every coroutine that waits on it)."""
 
@@ -174,17 +174,15 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
     ) -> None:
         """Keep what arrives for `request_id`, and a wake-up for the coroutine waiting on it."""
         self._core.open(request_id, is_stream, is_subscription)
-        self._wakeups[request_id] = asyncio.Event()
+        self._wakeups.open(request_id)
 
     def _close(self, request_id: str) -> None:
         self._core.close(request_id)
-        self._wakeups.pop(request_id, None)
+        self._wakeups.close(request_id)
 
     def _wake(self, request_ids: Iterable[str]) -> None:
         for request_id in request_ids:
-            wakeup = self._wakeups.get(request_id)
-            if wakeup is not None:
-                wakeup.set()
+            self._wakeups.wake(request_id)
 
     async def _send(self, message: WireMessage) -> None:
         payload = encode_request(message)  # a bad value fails here, connected or not
@@ -258,10 +256,7 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
         """The next message about `request_id`, or None when `timeout_s` passed without one."""
         message = self._core.take(request_id)
         if message is None:
-            wakeup = self._wakeups[request_id]
-            wakeup.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await wait_within(wakeup.wait(), timeout_s)
+            await self._wakeups.sleep(request_id, timeout_s)
             message = self._core.take(request_id)
         return message
 
@@ -275,3 +270,4 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
             raise
         except Exception as error:  # a broken socket: wake every waiter with the error
             self._wake(self._core.fail_all(error))
+

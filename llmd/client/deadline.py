@@ -41,3 +41,47 @@ async def get_within(queue: asyncio.Queue[T], timeout_s: float | None) -> T:
     if not queue.empty():
         return queue.get_nowait()
     return await wait_within(queue.get(), timeout_s)
+
+
+class Wakeups:
+    """One sleeping coroutine per open request id, woken when something arrives for it.
+
+    A bare future and one timer per sleep, not `wait_within`'s task and `asyncio.wait`:
+    an async client sleeps once per token of every stream (the HTTP process's hottest
+    await). A cancel still always wins: a task cancelled while its future is already
+    resolved raises CancelledError anyway.
+    """
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, asyncio.Future[None] | None] = {}
+        """Per open id: the future its coroutine sleeps on (None while it is awake)."""
+
+    def open(self, request_id: str) -> None:
+        """Start tracking `request_id` (a wake before anyone sleeps on it is a no-op)."""
+        self._waiters[request_id] = None
+
+    def close(self, request_id: str) -> None:
+        """Stop tracking `request_id` (unknown ids are ignored)."""
+        self._waiters.pop(request_id, None)
+
+    def wake(self, request_id: str) -> None:
+        """Wake the coroutine sleeping on `request_id`, if one is."""
+        _settle(self._waiters.get(request_id))
+
+    async def sleep(self, request_id: str, timeout_s: float) -> None:
+        """Until `wake(request_id)` or `timeout_s` passed, whichever comes first."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters[request_id] = waiter
+        timer = loop.call_later(timeout_s, _settle, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            if self._waiters.get(request_id) is waiter:
+                self._waiters[request_id] = None
+
+
+def _settle(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)

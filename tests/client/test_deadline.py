@@ -1,4 +1,4 @@
-"""wait_within and get_within: time limits that never swallow a cancellation."""
+"""wait_within, get_within and Wakeups: time limits that never swallow a cancellation."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from llmd.client.deadline import get_within, wait_within
+from llmd.client.deadline import Wakeups, get_within, wait_within
 
 
 async def test_a_cancel_racing_an_arriving_item_is_not_swallowed():
@@ -52,3 +52,49 @@ async def test_a_timed_out_awaitable_is_cancelled():
         await wait_within(task, 0.01)
     await asyncio.sleep(0)
     assert started.is_set() and task.cancelled()
+
+
+async def test_a_sleeper_wakes_on_its_own_id_only():
+    wakeups = Wakeups()
+    wakeups.open("a")
+    wakeups.open("b")
+    sleeper = asyncio.ensure_future(wakeups.sleep("a", 30.0))
+    await asyncio.sleep(0)
+    wakeups.wake("b")
+    wakeups.wake("unknown")
+    await asyncio.sleep(0)
+    assert not sleeper.done()
+    wakeups.wake("a")
+    await asyncio.wait_for(sleeper, 1.0)
+    wakeups.wake("a")  # nobody sleeps on it now: a no-op, and the next sleep still waits
+    second = asyncio.ensure_future(wakeups.sleep("a", 30.0))
+    await asyncio.sleep(0)
+    assert not second.done()
+    wakeups.close("a")
+    second.cancel()
+
+
+async def test_a_sleep_ends_at_its_time_limit_and_leaves_no_timer():
+    wakeups = Wakeups()
+    wakeups.open("a")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await wakeups.sleep("a", 0.02)
+    assert loop.time() - started >= 0.015
+    woken = asyncio.ensure_future(wakeups.sleep("a", 30.0))
+    await asyncio.sleep(0)
+    wakeups.wake("a")
+    await woken
+    timers = [h for h in loop._scheduled if not h.cancelled()]
+    assert not any(h.when() > loop.time() + 10 for h in timers)  # the 30 s timer went
+
+
+async def test_a_cancel_racing_a_wake_is_not_swallowed():
+    wakeups = Wakeups()
+    wakeups.open("a")
+    sleeper = asyncio.ensure_future(wakeups.sleep("a", 30.0))
+    await asyncio.sleep(0)
+    wakeups.wake("a")  # the wake and the cancel land in the same loop iteration
+    sleeper.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sleeper

@@ -343,8 +343,8 @@ def test_vanished_peer_is_aborted(served):
     assert new_finishes == {"abort": 1}
     rows = [row for row in snapshot.recent if row.request_id == request_id]
     assert len(rows) == 1, snapshot.recent
-    assert rows[0]["finish_reason"] == "abort"
-    assert 1 <= rows[0]["num_generated_tokens"] < max_tokens, rows[0]
+    assert rows[0].finish_reason == "abort"
+    assert 1 <= rows[0].num_generated_tokens < max_tokens, rows[0]
 
 
 class _Evil:
