@@ -67,7 +67,7 @@ class WireMessage:
         for field in dataclasses.fields(cls):  # type: ignore[arg-type]
             if field.name in data:
                 kwargs[field.name] = data[field.name]
-            elif _is_required(field):
+            elif is_required(field):
                 raise InvalidParameterError(f"missing in a {cls.TYPE} message", field.name)
         return cls(**kwargs)
 
@@ -97,7 +97,8 @@ def check_envelope(data: Mapping[str, object], expected_type: str | None = None)
     return message_type
 
 
-def _is_required(field: dataclasses.Field[object]) -> bool:
+def is_required(field: dataclasses.Field[object]) -> bool:
+    """True for a dataclass field with neither a default nor a default factory."""
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
@@ -129,11 +130,7 @@ def _conform(value: object, hint: object) -> tuple[bool, object]:
     if hint is Any or hint is object:
         return True, value
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a WireData section
-        if isinstance(value, hint):
-            return True, value
-        if not isinstance(value, dict):
-            return False, value
-        return True, hint.from_wire(value, "")  # type: ignore[attr-defined]
+        return isinstance(value, hint), value  # its map form is read by check_value
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
         for option in typing.get_args(hint):
@@ -187,6 +184,8 @@ def describe(hint: object) -> str:
         return f"a map of {_plural(typing.get_args(hint)[1])}"
     if typing.is_typeddict(hint):
         return f"a map of {_plural(object)}"
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return "a map"
     names: dict[object, str] = {
         str: "a string", int: "an integer", float: "a number", bool: "a boolean"
     }

@@ -15,9 +15,11 @@ from collections.abc import Mapping
 from typing import Any, TypeVar, Union
 
 from llmd.errors import InvalidParameterError
-from llmd.protocol.schema import check_value, describe, field_hints
+from llmd.protocol.schema import check_value, describe, field_hints, is_required
 
 DataT = TypeVar("DataT", bound="WireData")
+"""A section class (what `from_wire` builds)."""
+
 
 class WireData:
     """Mixin for frozen dataclasses carried as maps inside a message (not messages themselves)."""
@@ -38,9 +40,7 @@ class WireData:
             name = f"{path}{field.name}"
             if field.name in data:
                 kwargs[field.name] = convert(data[field.name], hints[field.name], name)
-            elif field.default is dataclasses.MISSING and (
-                field.default_factory is dataclasses.MISSING
-            ):
+            elif is_required(field):
                 raise InvalidParameterError(f"missing in a {cls.__name__}", name)
         return cls(**kwargs)
 
@@ -113,10 +113,8 @@ def _section(value: object, cls: type, name: str) -> object:
 
 
 def _describe(hint: object) -> str:
-    options = [
-        "a map" if isinstance(o, type) and dataclasses.is_dataclass(o) else
-        "a list" if typing.get_origin(o) is tuple else describe(o)
-        for o in typing.get_args(hint)
-    ]  # fmt: skip
-    return " or ".join(options)
-
+    """A union's wording, with tuples (lists on the wire) that `describe` does not know."""
+    return " or ".join(
+        "a list" if typing.get_origin(option) is tuple else describe(option)
+        for option in typing.get_args(hint)
+    )
