@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from llmd.metrics.serving_metrics import LATENCY_NAMES
 from llmd.protocol import StatsSnapshot
 from llmd.protocol.engine_sections import QueueCounts, RequestRow
 from llmd.tui.top.view import EfficiencyView, KVView, LatencyView
 
-LATENCY_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
 NO_QUEUE = QueueCounts(waiting=0, running=0, preempted=0, preemptions_total=0)
 """The queue counts shown while the engine is dead (the snapshot has none)."""
 
