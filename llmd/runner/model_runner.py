@@ -28,6 +28,7 @@ from llmd.runner.cuda_graphs import (
     graphs_disabled_reason,
 )
 from llmd.runner.device import resolve_device, resolve_dtype, set_num_threads
+from llmd.runner.host_allocator import retain_freed_memory
 from llmd.runner.input_batch import DecodeBuffers
 from llmd.runner.kv_cache import (
     GIB,
@@ -76,6 +77,8 @@ class ModelRunner:
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.num_threads = set_num_threads(config.num_threads) if self.device.type == "cpu" else 0
+        if self.device.type == "cpu":
+            retain_freed_memory()  # before the model's first buffers: no faults per step
         torch.manual_seed(config.seed)
         self.shape = shape
         self.max_model_len = max_model_len
