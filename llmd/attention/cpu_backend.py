@@ -13,6 +13,9 @@ from llmd.attention.backend import AttentionBackend
 from llmd.attention.cpu_extension import load_paged_attention_op
 from llmd.attention.inputs import AttentionInputs
 
+_QUERY_DTYPES = (torch.float32, torch.bfloat16)
+"""Query/output dtypes the op reads and writes itself (fp16 is converted around it)."""
+
 
 class CpuAttentionBackend(AttentionBackend):
     """Stores new K/V and attends decodes and prefill chunks in one C++ call per layer.
@@ -42,16 +45,19 @@ class CpuAttentionBackend(AttentionBackend):
     def forward(self, inputs: AttentionInputs) -> torch.Tensor:
         """Write key/value into their slots, then attend each query over its context.
 
-        The op computes in float32 whatever the cache dtype; rows past the last
+        The op computes in float32 whatever the cache dtype, reading fp32 or bf16
+        queries and writing the output in the query's dtype (other dtypes go through
+        float32); rows past the last
         sequence's tokens (batch padding) are left uninitialised. query/key/value may be
         views into the fused qkv output (strided tokens): the op reads them in place.
         """
         query, metadata = inputs.query, inputs.metadata
         cache_dtype = inputs.k_cache.dtype
-        out = torch.empty(query.shape, dtype=torch.float32)  # [num_tokens, heads, head_dim]
+        op_dtype = query.dtype if query.dtype in _QUERY_DTYPES else torch.float32
+        out = torch.empty(query.shape, dtype=op_dtype)  # [num_tokens, heads, head_dim]
         self._op(
             out,
-            _token_rows(query.to(torch.float32)),
+            _token_rows(query.to(op_dtype)),
             _token_rows(inputs.key.to(cache_dtype)),
             _token_rows(inputs.value.to(cache_dtype)),
             inputs.k_cache,
@@ -62,7 +68,7 @@ class CpuAttentionBackend(AttentionBackend):
             metadata.seq_lens,
             inputs.scale,
         )
-        return out if query.dtype == torch.float32 else out.to(query.dtype)
+        return out if op_dtype == query.dtype else out.to(query.dtype)
 
 
 def _token_rows(heads: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from llmd.attention.cpu_backend import CpuAttentionBackend
+from llmd.attention.cpu_extension import load_paged_attention_op
 from llmd.attention.factory import create_attention_backend
 from llmd.attention.inputs import AttentionInputs
 from llmd.attention.reference import build_metadata, naive_paged_attention
@@ -113,6 +114,29 @@ def test_float32_activations_over_a_bfloat16_cache(backend, batch):
     assert out.dtype == torch.float32 and not out.isnan().any()
     expected = naive_paged_attention(query, k_cache.float(), v_cache.float(), metadata, 0.125)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)  # fp32 math throughout
+
+
+@pytest.mark.parametrize("batch", list(BATCHES))
+def test_bfloat16_queries_are_read_and_written_by_the_op_itself(batch):
+    """A bf16 model's queries go into the op as they are and its output is rounded once
+    inside: bit for bit what fp32 math on the same values, rounded at the end, gives."""
+    metadata, query, key, value, k_cache, v_cache = make_case(
+        batch, 16, 9, 3, 64, torch.bfloat16
+    )
+    op = load_paged_attention_op()  # the raw op, to pin its dtype contract
+    k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
+    out = torch.empty(query.shape, dtype=torch.bfloat16)
+    op(out, query, key, value, k_cpu, v_cpu, metadata.slot_mapping, metadata.block_tables,
+       metadata.query_start_loc, metadata.seq_lens, 0.125)  # fmt: skip
+
+    k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)  # fresh caches: the op stores again
+    out_fp32 = torch.empty(query.shape, dtype=torch.float32)
+    op(out_fp32, query.float(), key, value, k_cpu, v_cpu, metadata.slot_mapping,
+       metadata.block_tables, metadata.query_start_loc, metadata.seq_lens, 0.125)  # fmt: skip
+    torch.testing.assert_close(out, out_fp32.to(torch.bfloat16), atol=0, rtol=0)
+    with pytest.raises(RuntimeError, match="share one dtype"):
+        op(out_fp32, query, key, value, k_cpu, v_cpu, metadata.slot_mapping,
+           metadata.block_tables, metadata.query_start_loc, metadata.seq_lens, 0.125)  # fmt: skip
 
 
 def test_the_ops_run_on_every_thread_torch_is_given(backend):

@@ -25,6 +25,8 @@ namespace {
 constexpr int64_t kTileRows = 8;  // query rows per prefill work item
 
 inline float to_float(float x) { return x; }
+inline void store_float(float* p, float x) { *p = x; }
+inline void store_float(c10::BFloat16* p, float x) { *p = c10::BFloat16(x); }  // nearest-even
 inline float to_float(c10::BFloat16 x) {
   uint32_t bits = static_cast<uint32_t>(x.x) << 16;
   float out;
@@ -199,8 +201,9 @@ inline void block_values(const float* __restrict__ probs, const T* __restrict__ 
 }
 
 // Attends one work item: rows x group_size query vectors against the sequence's blocks.
-template <typename T, int64_t BS, int64_t D>
-void attend_item(const WorkItem& item, const Shapes& s, const float* query, float* out,
+// Queries (Q: fp32 or bf16) are scaled into fp32 scratch; outputs are rounded to Q once.
+template <typename T, typename Q, int64_t BS, int64_t D>
+void attend_item(const WorkItem& item, const Shapes& s, const Q* query, Q* out,
                  const T* k_cache, const T* v_cache, const int32_t* block_table,
                  float scale, float* scratch) {
   const int64_t head_dim = D > 0 ? D : s.head_dim;
@@ -216,9 +219,9 @@ void attend_item(const WorkItem& item, const Shapes& s, const float* query, floa
   for (int64_t r = 0; r < item.num_rows; ++r) {
     for (int64_t g = 0; g < s.group_size; ++g) {
       const int64_t head = item.kv_head * s.group_size + g;
-      const float* src = query + (item.row_begin + r) * s.q_token_stride + head * head_dim;
+      const Q* src = query + (item.row_begin + r) * s.q_token_stride + head * head_dim;
       float* dst = q + (r * s.group_size + g) * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) dst[d] = src[d] * scale;
+      for (int64_t d = 0; d < head_dim; ++d) dst[d] = to_float(src[d]) * scale;
     }
   }
   std::fill(acc, acc + num_q * head_dim, 0.0f);
@@ -264,9 +267,9 @@ void attend_item(const WorkItem& item, const Shapes& s, const float* query, floa
     for (int64_t g = 0; g < s.group_size; ++g) {
       const int64_t i = r * s.group_size + g;
       const int64_t head = item.kv_head * s.group_size + g;
-      float* dst = out + ((item.row_begin + r) * s.num_heads + head) * head_dim;
+      Q* dst = out + ((item.row_begin + r) * s.num_heads + head) * head_dim;
       const float inv = 1.0f / row_sum[i];
-      for (int64_t d = 0; d < head_dim; ++d) dst[d] = acc[i * head_dim + d] * inv;
+      for (int64_t d = 0; d < head_dim; ++d) store_float(dst + d, acc[i * head_dim + d] * inv);
     }
   }
 }
@@ -297,9 +300,9 @@ void store_kv(const at::Tensor& key, const at::Tensor& value, const at::Tensor& 
   }
 }
 
-template <typename T, int64_t BS, int64_t D>
-void run_items(const std::vector<WorkItem>& items, const Shapes& s, const float* query,
-               float* out, const T* k_cache, const T* v_cache, const int32_t* block_tables,
+template <typename T, typename Q, int64_t BS, int64_t D>
+void run_items(const std::vector<WorkItem>& items, const Shapes& s, const Q* query,
+               Q* out, const T* k_cache, const T* v_cache, const int32_t* block_tables,
                float scale) {
   std::atomic<int64_t> next{0};
   const int64_t num_items = static_cast<int64_t>(items.size());
@@ -310,7 +313,7 @@ void run_items(const std::vector<WorkItem>& items, const Shapes& s, const float*
     for (int64_t worker = begin; worker < end; ++worker) {
       for (int64_t k = next.fetch_add(1); k < num_items; k = next.fetch_add(1)) {
         const WorkItem& item = items[k];
-        attend_item<T, BS, D>(item, s, query, out, k_cache, v_cache,
+        attend_item<T, Q, BS, D>(item, s, query, out, k_cache, v_cache,
                           block_tables + item.seq * s.table_stride, scale, scratch.data());
       }
     }
@@ -319,26 +322,46 @@ void run_items(const std::vector<WorkItem>& items, const Shapes& s, const float*
 
 // Specialised loops for the common block size and head dims; any other shape runs the
 // generic (runtime-sized) loops.
-template <typename T>
-void dispatch_shapes(const std::vector<WorkItem>& items, const Shapes& s, const float* query,
-                     float* out, const T* k_cache, const T* v_cache,
+template <typename T, typename Q>
+void dispatch_shapes(const std::vector<WorkItem>& items, const Shapes& s, const Q* query,
+                     Q* out, const T* k_cache, const T* v_cache,
                      const int32_t* block_tables, float scale) {
 #define LLMD_RUN(BS, D) \
-  return run_items<T, BS, D>(items, s, query, out, k_cache, v_cache, block_tables, scale)
+  return run_items<T, Q, BS, D>(items, s, query, out, k_cache, v_cache, block_tables, scale)
   if (s.block_size == 16 && s.head_dim == 64) LLMD_RUN(16, 64);
   if (s.block_size == 16 && s.head_dim == 128) LLMD_RUN(16, 128);
   LLMD_RUN(0, 0);
 #undef LLMD_RUN
 }
 
-// out[num_tokens, num_heads, head_dim] (fp32) = attention of query (fp32) after storing
-// key/value (cache dtype) at slot_mapping. Host int tensors describe the sequences.
+// Attends every work item with queries and outputs of type Q, over either cache dtype.
+template <typename Q>
+void attend_all(const std::vector<WorkItem>& items, const Shapes& s, const at::Tensor& query,
+                at::Tensor& out, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                const at::Tensor& block_tables, double scale) {
+  const Q* q = query.data_ptr<Q>();
+  Q* o = out.data_ptr<Q>();
+  const int32_t* tables = block_tables.data_ptr<int32_t>();
+  if (k_cache.scalar_type() == at::kFloat) {
+    dispatch_shapes<float, Q>(items, s, q, o, k_cache.data_ptr<float>(),
+                              v_cache.data_ptr<float>(), tables, static_cast<float>(scale));
+  } else {
+    dispatch_shapes<c10::BFloat16, Q>(items, s, q, o, k_cache.data_ptr<c10::BFloat16>(),
+                                      v_cache.data_ptr<c10::BFloat16>(), tables,
+                                      static_cast<float>(scale));
+  }
+}
+
+// out[num_tokens, num_heads, head_dim] = attention of query (out's dtype: fp32 or bf16,
+// computed in fp32) after storing key/value (cache dtype) at slot_mapping. Host int
+// tensors describe the sequences.
 void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tensor value,
                      at::Tensor k_cache, at::Tensor v_cache, at::Tensor slot_mapping,
                      at::Tensor block_tables, at::Tensor query_start_loc, at::Tensor seq_lens,
                      double scale) {
-  TORCH_CHECK(query.scalar_type() == at::kFloat && out.scalar_type() == at::kFloat,
-              "query and out must be float32");
+  TORCH_CHECK(query.scalar_type() == out.scalar_type() &&
+                  (query.scalar_type() == at::kFloat || query.scalar_type() == at::kBFloat16),
+              "query and out must share one dtype, float32 or bfloat16");
   TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type() &&
                   key.scalar_type() == k_cache.scalar_type() &&
                   value.scalar_type() == k_cache.scalar_type(),
@@ -402,16 +425,10 @@ void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tenso
   }
   std::stable_sort(items.begin(), items.end(),
                    [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
-  const float* q = query.data_ptr<float>();
-  float* o = out.data_ptr<float>();
-  const int32_t* tables = block_tables.data_ptr<int32_t>();
-  if (k_cache.scalar_type() == at::kFloat) {
-    dispatch_shapes<float>(items, s, q, o, k_cache.data_ptr<float>(),
-                             v_cache.data_ptr<float>(), tables, static_cast<float>(scale));
+  if (query.scalar_type() == at::kFloat) {
+    attend_all<float>(items, s, query, out, k_cache, v_cache, block_tables, scale);
   } else {
-    dispatch_shapes<c10::BFloat16>(items, s, q, o, k_cache.data_ptr<c10::BFloat16>(),
-                                     v_cache.data_ptr<c10::BFloat16>(), tables,
-                                     static_cast<float>(scale));
+    attend_all<c10::BFloat16>(items, s, query, out, k_cache, v_cache, block_tables, scale);
   }
 }
 
