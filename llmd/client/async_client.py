@@ -1,8 +1,9 @@
 """The asyncio client: the same API as Client with coroutines and async iterators.
 
 One reader task receives everything on the socket and hands it to the shared
-`ClientCore`, which files each message in the inbox of the request it answers; the
-reader then wakes that request's waiter, so any number of coroutines can stream at once.
+`ClientCore`, which files each reply (every frame of a message) in the inbox of the
+request it answers; the reader then wakes those requests' waiters once per message, so
+any number of coroutines can stream at once.
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
         assert socket is not None  # started by _connected
         try:
             while True:
-                self._wake(self._core.receive(await socket.recv()))
+                self._wake(self._core.receive_frames(await socket.recv_multipart()))
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a broken socket: wake every waiter with the error

@@ -159,6 +159,14 @@ class ClientCore:
         self.liveness.heard()
         return self.route(decode_daemon_message(payload, len(payload)))
 
+    def receive_frames(self, frames: list[bytes]) -> list[str]:
+        """Route every frame of one daemon message in order (the daemon sends a burst of
+        replies as one message); returns the request ids reached, each once."""
+        reached: dict[str, None] = {}
+        for payload in frames:
+            reached.update(dict.fromkeys(self.receive(payload)))
+        return list(reached)
+
     def route(self, message: DaemonMessage) -> list[str]:
         """Learn from one message, then put it (and any requests it proves lost) in inboxes.
 

@@ -224,7 +224,7 @@ class Client(ClientShell[Generator[StreamEvent, None, None], Iterator[StatsSnaps
     def _read_available(self, socket: zmq.Socket[bytes]) -> None:
         while True:
             try:
-                payload = socket.recv(zmq.NOBLOCK)
+                frames = socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            self._core.receive(payload)
+            self._core.receive_frames(frames)  # a message may carry several replies

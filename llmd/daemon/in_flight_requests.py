@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from llmd.daemon.outbox import SendBatch
 from llmd.daemon.peer_transport import PeerTransport
 from llmd.daemon.routes import RouteKey, RouteTable
 from llmd.daemon.text_worker import AbortJob, NewRequest, TextJob
@@ -52,6 +53,14 @@ class InFlightRequests:
         for key, _ in self.routes.items():
             self._transport.reply_error(key[0], key[1], error)
             self.release(key)
+
+    def deliver(self, batch: SendBatch) -> None:
+        """Send a peer's replies as one message, then release the requests it ended: a
+        request is forgotten only once its last message was handed to the socket."""
+        self._transport.send_frames(batch.peer, [send.payload for send in batch.sends])
+        for send in batch.sends:
+            if send.release_key is not None:
+                self.release(send.release_key)
 
     def release(self, key: RouteKey) -> None:
         """Forget a request after its last message; a gone peer's last one clears it."""

@@ -3,6 +3,8 @@
 ZeroMQ sockets are not thread-safe, so other threads never touch the ROUTER: they put
 items on a queue and write one byte to a pipe whose read end the I/O thread polls
 together with the socket (a self-pipe; safe to call even from a signal handler).
+Draining groups each run of sends per peer, so a burst (one engine step's tokens for
+every stream of one client) leaves as one message.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,6 +67,32 @@ class Drain:
 
 OutboxItem = Send | SnapshotReady | EngineDied | EngineWarm | ConnectionClosed | Drain
 """Everything another thread may hand the I/O thread; `Daemon` dispatches on the class."""
+
+
+@dataclass(frozen=True)
+class SendBatch:
+    """Consecutive sends to one peer, in the order they were posted, sent as one message."""
+
+    peer: bytes
+    sends: tuple[Send, ...]
+
+
+DrainedItem = SendBatch | SnapshotReady | EngineDied | EngineWarm | ConnectionClosed | Drain
+"""What the I/O thread handles: the outbox's items with its sends grouped (`batched`)."""
+
+
+def batched(items: list[OutboxItem]) -> Iterator[DrainedItem]:
+    """`items` with each run of sends grouped per peer (each peer's order kept); any other
+    item ends a run, so it is handled after every send posted before it went out."""
+    run: dict[bytes, list[Send]] = {}
+    for item in items:
+        if isinstance(item, Send):
+            run.setdefault(item.peer, []).append(item)
+            continue
+        yield from (SendBatch(peer, tuple(sends)) for peer, sends in run.items())
+        run = {}
+        yield item
+    yield from (SendBatch(peer, tuple(sends)) for peer, sends in run.items())
 
 
 class Outbox:

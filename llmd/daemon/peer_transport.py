@@ -1,15 +1,16 @@
 """The ROUTER socket's two ends for the I/O thread: framed messages in, payloads out.
 
 Incoming frames are checked (one frame per message, the size limit) before they are
-unpacked; outgoing payloads never block, and a peer that cannot be reached is reported
-gone once and then skipped until it speaks again. Busy peers that heard nothing lately
-get a keepalive, so a killed client is found within a second.
+unpacked; outgoing payloads go several to a message, one per frame (a client reads one
+message per burst instead of one per reply), never block, and a peer that cannot be
+reached is reported gone once and then skipped until it speaks again. Busy peers that
+heard nothing lately get a keepalive, so a killed client is found within a second.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import zmq
 
@@ -22,6 +23,8 @@ logger = logging.getLogger("llmd.daemon.server")
 
 MAX_MESSAGES_PER_WAKE = 256
 """Most messages read per wake-up, so the outbox and the drain are never starved."""
+MAX_FRAMES_PER_MESSAGE = 256
+"""Most replies sent in one message, so one message (queued whole by ZeroMQ) stays small."""
 
 
 class FrameRefused(Exception):
@@ -85,17 +88,24 @@ class PeerTransport:
             yield peer, data
 
     def send(self, peer: bytes, payload: bytes) -> None:
-        """Send without blocking; an unreachable peer is reported gone instead."""
-        if peer in self.gone_peers or self.socket is None:
-            return
-        try:
-            self.socket.send_multipart([peer, payload], zmq.NOBLOCK)
-        except zmq.ZMQError as error:
-            if error.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
-                raise
-            self._on_peer_gone(peer)
-            return
-        self._keepalives.on_sent(peer)
+        """Send one payload without blocking; an unreachable peer is reported gone instead."""
+        self.send_frames(peer, (payload,))
+
+    def send_frames(self, peer: bytes, payloads: Sequence[bytes]) -> None:
+        """Send `payloads` in order, one frame each, up to MAX_FRAMES_PER_MESSAGE a message;
+        never blocks: an unreachable peer is reported gone and the rest is dropped."""
+        for start in range(0, len(payloads), MAX_FRAMES_PER_MESSAGE):
+            if peer in self.gone_peers or self.socket is None:
+                return
+            frames = [peer, *payloads[start : start + MAX_FRAMES_PER_MESSAGE]]
+            try:
+                self.socket.send_multipart(frames, zmq.NOBLOCK)
+            except zmq.ZMQError as error:
+                if error.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                    raise
+                self._on_peer_gone(peer)
+                return
+            self._keepalives.on_sent(peer)
 
     def send_message(self, peer: bytes, message: WireMessage) -> None:
         """Encode and send one wire message."""

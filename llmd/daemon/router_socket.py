@@ -29,7 +29,8 @@ from llmd.protocol import Address
 logger = logging.getLogger(__name__)
 
 SEND_HIGH_WATER_MARK = 100_000
-"""Messages queued per peer before a send fails and the peer is treated as gone."""
+"""Messages queued per peer before a send fails and the peer is treated as gone (ZeroMQ
+counts a multipart message once, however many of its up to 256 replies it carries)."""
 HEARTBEAT_IVL_MS = 2_000
 HEARTBEAT_TIMEOUT_MS = 6_000
 """ZMTP heartbeats drop a connection whose peer machine stopped answering."""

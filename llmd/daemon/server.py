@@ -31,12 +31,13 @@ from llmd.daemon.in_flight_requests import InFlightRequests
 from llmd.daemon.outbox import (
     ConnectionClosed,
     Drain,
+    DrainedItem,
     EngineDied,
     EngineWarm,
     Outbox,
-    OutboxItem,
-    Send,
+    SendBatch,
     SnapshotReady,
+    batched,
 )
 from llmd.daemon.peer_transport import PeerTransport
 from llmd.daemon.prompt_limits import PromptLimits
@@ -188,7 +189,7 @@ class Daemon:
                 if socket in events:
                     for peer, data in self.transport.receive():
                         self._on_message(peer, data)
-                for item in self.outbox.drain():
+                for item in batched(self.outbox.drain()):
                     self._on_outbox_item(item)
                 self._check_threads()
                 self.transport.send_keepalives(set(self.routes.peers()) | self.stats.peers())
@@ -243,11 +244,9 @@ class Daemon:
 
     # ---------------------------------------------------------------- outgoing
 
-    def _on_outbox_item(self, item: OutboxItem) -> None:
-        if isinstance(item, Send):
-            self.transport.send(item.peer, item.payload)
-            if item.release_key is not None:
-                self.in_flight.release(item.release_key)
+    def _on_outbox_item(self, item: DrainedItem) -> None:
+        if isinstance(item, SendBatch):
+            self.in_flight.deliver(item)
         elif isinstance(item, SnapshotReady):
             self.stats.on_ready(item)
         elif isinstance(item, EngineDied):

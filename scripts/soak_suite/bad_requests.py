@@ -161,11 +161,14 @@ def _through_raw(address: str, index: int, fields: dict[str, Any]) -> tuple[str,
         socket.send(pack(_raw_message(index, fields)))
         deadline = time.monotonic() + TIMEOUT_S
         reply: dict[str, Any] = {"type": "keepalive"}
+        frames: list[bytes] = []  # a daemon message may carry several replies, one a frame
         while reply.get("type") == "keepalive":  # the daemon's liveness pings are no answer
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            if remaining_ms <= 0 or not socket.poll(remaining_ms):
-                return "no reply", None
-            payload = socket.recv()
+            if not frames:
+                remaining_ms = int((deadline - time.monotonic()) * 1000)
+                if remaining_ms <= 0 or not socket.poll(remaining_ms):
+                    return "no reply", None
+                frames = socket.recv_multipart()
+            payload = frames.pop(0)
             reply = unpack(payload, len(payload) + 1)
         if reply.get("type") != "error":
             return f"reply {reply.get('type')}", None

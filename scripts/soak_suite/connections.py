@@ -8,6 +8,7 @@ raise it (hard 1024, as in many containers), so it must refuse what does not fit
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import zmq
@@ -109,11 +110,8 @@ def _count_replies(poller: zmq.Poller, expected: int) -> int:
     deadline = time.monotonic() + REPLY_WAIT_S
     while num_answered < expected and time.monotonic() < deadline:
         for socket, _ in poller.poll(200):
-            try:
-                socket.recv(zmq.NOBLOCK)
-                num_answered += 1
-            except zmq.Again:
-                pass
+            with contextlib.suppress(zmq.Again):
+                num_answered += len(socket.recv_multipart(zmq.NOBLOCK))  # a reply a frame
     return num_answered
 
 
@@ -128,10 +126,10 @@ def _generate_on(socket: zmq.Socket) -> bool:
     while time.monotonic() < deadline:
         if not socket.poll(200):
             continue
-        payload = socket.recv()
-        reply = unpack(payload, len(payload) + 1)
-        if reply.get("id") == "served" and reply.get("type") in ("finished", "error"):
-            return reply["type"] == "finished"
+        for payload in socket.recv_multipart():  # a message may carry several replies
+            reply = unpack(payload, len(payload) + 1)
+            if reply.get("id") == "served" and reply.get("type") in ("finished", "error"):
+                return reply["type"] == "finished"
     return False
 
 

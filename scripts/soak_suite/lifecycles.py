@@ -184,7 +184,7 @@ async def _vanish(
         await socket.send(pack(request))
         if not await socket.poll(int(CLIENT_TIMEOUT_S * 1000)):
             return "no accepted"
-        await socket.recv()
+        await socket.recv_multipart()  # `accepted` (and whatever came with it)
         return "ok"
     finally:
         socket.close(linger=0)

@@ -159,20 +159,21 @@ def drive_raw(
         for slot, socket in enumerate(sockets):
             while socket in events:
                 try:
-                    payload = socket.recv(zmq.NOBLOCK)
+                    frames = socket.recv_multipart(zmq.NOBLOCK)  # one reply per frame
                 except zmq.Again:
                     break
-                reply = unpack(payload, len(payload) + 1)
-                if reply.get("type") == "keepalive":
-                    continue  # a liveness ping, not an answer to a frame
-                num_replies += 1
-                outstanding[slot] -= 1
-                if reply.get("type") != "error":
-                    num_non_error += 1
-                    continue
-                codes[reply.get("code")] += 1
-                if reply.get("code") == "invalid_parameter" and not reply.get("parameter"):
-                    unnamed[reply.get("message", "")[:60]] += 1
+                for payload in frames:
+                    reply = unpack(payload, len(payload) + 1)
+                    if reply.get("type") == "keepalive":
+                        continue  # a liveness ping, not an answer to a frame
+                    num_replies += 1
+                    outstanding[slot] -= 1
+                    if reply.get("type") != "error":
+                        num_non_error += 1
+                        continue
+                    codes[reply.get("code")] += 1
+                    if reply.get("code") == "invalid_parameter" and not reply.get("parameter"):
+                        unnamed[reply.get("message", "")[:60]] += 1
         return bool(events)
 
     try:

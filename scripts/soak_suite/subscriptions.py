@@ -180,20 +180,26 @@ def subscriber_main(address: str, num_subscriptions: int, interval_ms: int) -> N
             print(command, flush=True)
         while socket in events:
             try:
-                payload = socket.recv(zmq.NOBLOCK)
+                frames = socket.recv_multipart(zmq.NOBLOCK)  # one reply per frame
             except zmq.Again:
                 break
-            if payload[1:12] == STATS_PREFIX:  # a snapshot: not decoded, to spare the CPU
-                counts["num_snapshots"] += 1
-                continue
-            reply = unpack(payload, len(payload) + 1)
-            if reply.get("type") == "error":
-                code = reply.get("code")
-                counts["num_refused"] += 1
-                counts["num_internal"] += code == "internal"
-                counts["refusal_codes"][code] = counts["refusal_codes"].get(code, 0) + 1
+            for payload in frames:
+                _count_reply(payload, counts)
     socket.close()
     print(json.dumps(counts), flush=True)
+
+
+def _count_reply(payload: bytes, counts: dict) -> None:
+    """Count one reply: a snapshot (not decoded, to spare the CPU) or a refusal's code."""
+    if payload[1:12] == STATS_PREFIX:
+        counts["num_snapshots"] += 1
+        return
+    reply = unpack(payload, len(payload) + 1)
+    if reply.get("type") == "error":
+        code = reply.get("code")
+        counts["num_refused"] += 1
+        counts["num_internal"] += code == "internal"
+        counts["refusal_codes"][code] = counts["refusal_codes"].get(code, 0) + 1
 
 
 def _send_all(socket: zmq.Socket, kind: str, num_subscriptions: int, interval_ms: int) -> None:

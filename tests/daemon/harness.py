@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -135,13 +136,18 @@ def free_tcp_port() -> int:
 
 
 class RawPeer:
-    """A bare DEALER for sending arbitrary bytes to a daemon."""
+    """A bare DEALER for sending arbitrary bytes to a daemon (and reading every frame of
+    each reply message: the daemon sends a burst of replies as one message)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, options: dict[int, int] | None = None) -> None:
         self.context = zmq.Context.instance()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        for option, value in (options or {}).items():  # set before connecting
+            self.socket.setsockopt(option, value)
         self.socket.connect(address)
+        self.pending: deque[bytes] = deque()
+        """Frames of a message already read and not yet returned."""
 
     def send(self, *frames: bytes) -> None:
         """Send one message of the given frames."""
@@ -154,8 +160,10 @@ class RawPeer:
     def receive(self, timeout: float = 5.0, skip_keepalives: bool = True):
         """The next decoded daemon message (keepalives skipped), or None on timeout."""
         deadline = time.monotonic() + timeout
-        while self.socket.poll(max(0, int((deadline - time.monotonic()) * 1000))):
-            message = decode_daemon_message(self.socket.recv())
+        while self.pending or self.socket.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+            if not self.pending:
+                self.pending.extend(self.socket.recv_multipart())
+            message = decode_daemon_message(self.pending.popleft())
             if not (skip_keepalives and isinstance(message, Keepalive)):
                 return message
         return None

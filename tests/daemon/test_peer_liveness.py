@@ -33,7 +33,8 @@ for i in range(int(sys.argv[2])):
     }))
 num_accepted = 0
 while num_accepted < int(sys.argv[2]):
-    num_accepted += decode_daemon_message(socket.recv()).TYPE == "accepted"
+    for frame in socket.recv_multipart():  # a message may carry several replies
+        num_accepted += decode_daemon_message(frame).TYPE == "accepted"
 print("accepted", flush=True)
 time.sleep(600)
 """

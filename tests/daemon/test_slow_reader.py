@@ -45,14 +45,7 @@ def _generate(client_id: str, logprobs: int | None = None) -> dict[str, Any]:
 
 def _slow_peer(address: str) -> RawPeer:
     """A DEALER that takes as little as it can off the wire until it reads."""
-    peer = RawPeer.__new__(RawPeer)
-    peer.context = zmq.Context.instance()
-    peer.socket = peer.context.socket(zmq.DEALER)
-    peer.socket.setsockopt(zmq.LINGER, 0)
-    peer.socket.setsockopt(zmq.RCVHWM, 1)
-    peer.socket.setsockopt(zmq.RCVBUF, 4096)
-    peer.socket.connect(address)
-    return peer
+    return RawPeer(address, {zmq.RCVHWM: 1, zmq.RCVBUF: 4096})
 
 
 def _wait_idle(address: str, timeout_s: float = 30.0) -> dict[str, Any]:
