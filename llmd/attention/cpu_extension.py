@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 SOURCE_PATH = Path(__file__).parent / "csrc" / "paged_attention.cpp"
 LAYER_OPS_PATH = Path(__file__).parent.parent / "layers" / "csrc" / "cpu_layer_ops.cpp"
 SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH)
+HEADER_PATHS = (Path(__file__).parent / "csrc" / "vec_math.h",)
+"""Headers the sources include: part of the build key, not compiled on their own."""
 COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp")
 """-march=native: the host's vector ISA (AVX2, AVX-512); -fopenmp: at::parallel_for runs on
 torch's OpenMP threads (without it ATen's inline parallel_for quietly runs serially, which
@@ -49,7 +51,7 @@ def cache_root() -> Path:
 def build_key() -> str:
     """A hash of the sources, flags, torch version and the CPU's feature flags."""
     digest = hashlib.sha256()
-    for path in SOURCE_PATHS:
+    for path in SOURCE_PATHS + HEADER_PATHS:
         digest.update(path.read_bytes())
     digest.update(" ".join(COMPILE_FLAGS + LINK_FLAGS).encode())
     digest.update(torch.__version__.encode())

@@ -20,93 +20,13 @@
 #include <limits>
 #include <vector>
 
+#include "vec_math.h"
+
 namespace {
 
+using namespace llmd_cpu;  // NOLINT: the op's own helpers
+
 constexpr int64_t kTileRows = 8;  // query rows per prefill work item
-
-inline float to_float(float x) { return x; }
-inline void store_float(float* p, float x) { *p = x; }
-inline void store_float(c10::BFloat16* p, float x) { *p = c10::BFloat16(x); }  // nearest-even
-inline float to_float(c10::BFloat16 x) {
-  uint32_t bits = static_cast<uint32_t>(x.x) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-
-// 8 floats as one generic vector: a ymm register with AVX2 or AVX-512 (-march=native).
-typedef float vec8 __attribute__((vector_size(32)));
-typedef float vec8u __attribute__((vector_size(32), aligned(4)));
-typedef uint16_t half8 __attribute__((vector_size(16), aligned(2)));
-typedef uint32_t word8 __attribute__((vector_size(32)));
-
-inline vec8 load8(const float* p) { return *reinterpret_cast<const vec8u*>(p); }
-inline vec8 load8(const c10::BFloat16* p) {
-  const half8 raw = *reinterpret_cast<const half8*>(p);
-  const word8 bits = __builtin_convertvector(raw, word8) << 16;
-  vec8 out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-inline void store8(float* p, vec8 v) { *reinterpret_cast<vec8u*>(p) = v; }
-
-typedef int32_t int8v __attribute__((vector_size(32)));
-constexpr vec8 kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7};
-
-// exp(x) lane-wise for x <= 0 (Cephes-style range reduction and polynomial, rel. error
-// ~1e-7); inputs below -87 give ~1e-38, never a denormal.
-inline vec8 exp8(vec8 x) {
-  x = x < -87.0f ? vec8{} - 87.0f : x;
-  // Round to nearest by the 1.5 * 2^23 trick.
-  const vec8 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const vec8 r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-  vec8 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int8v bits = (__builtin_convertvector(n, int8v) + 127) << 23;
-  vec8 scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-
-inline float exp_scalar(float x) { return exp8(vec8{} + x)[0]; }
-
-inline float lane_max(vec8 v) {
-  float out = v[0];
-  for (int k = 1; k < 8; ++k) out = std::max(out, v[k]);
-  return out;
-}
-
-inline float lane_sum(vec8 v) {
-  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-}
-
-// Online-softmax step over one block's scores[0, num_valid): returns the block's sum of
-// exp(score - new_max) and leaves those probabilities in scores. Reads 8 lanes at a time
-// (within the row's padding); lanes past num_valid are masked by selection, so NaN
-// padding never propagates.
-inline float block_probs(float* __restrict__ scores, int64_t num_valid, float& row_max) {
-  const vec8 minus_inf = vec8{} - std::numeric_limits<float>::infinity();
-  vec8 maxes = minus_inf;
-  for (int64_t t = 0; t < num_valid; t += 8) {
-    const vec8 lane = kLaneIndex + static_cast<float>(t);
-    maxes = lane < static_cast<float>(num_valid) ? (load8(scores + t) > maxes ? load8(scores + t) : maxes) : maxes;
-  }
-  const float new_max = std::max(row_max, lane_max(maxes));
-  vec8 sums = {};
-  for (int64_t t = 0; t < num_valid; t += 8) {
-    const vec8 lane = kLaneIndex + static_cast<float>(t);
-    const vec8 probs = exp8(load8(scores + t) - new_max);
-    const vec8 kept = lane < static_cast<float>(num_valid) ? probs : vec8{};
-    store8(scores + t, kept);
-    sums += kept;
-  }
-  row_max = new_max;
-  return lane_sum(sums);
-}
 
 // Scores rows are padded to whole 8-lane vectors so block_probs never touches a neighbour.
 inline int64_t score_stride(int64_t block_size) { return (block_size + 7) / 8 * 8; }
@@ -131,19 +51,12 @@ struct Shapes {
 template <typename T, int64_t D, int64_t NQ>
 inline void block_scores_fixed(const float* __restrict__ q, const T* __restrict__ kb,
                                float* __restrict__ scores) {
-  vec8 low[NQ] = {}, high[NQ] = {};
+  vec16 sums[NQ] = {};
   for (int64_t d = 0; d < D; ++d) {
-    const vec8 k_low = load8(kb + d * 16), k_high = load8(kb + d * 16 + 8);
-    for (int64_t j = 0; j < NQ; ++j) {
-      const float qd = q[j * D + d];
-      low[j] += qd * k_low;
-      high[j] += qd * k_high;
-    }
+    const vec16 k_row = load16(kb + d * 16);
+    for (int64_t j = 0; j < NQ; ++j) sums[j] += q[j * D + d] * k_row;
   }
-  for (int64_t j = 0; j < NQ; ++j) {
-    store8(scores + j * 16, low[j]);
-    store8(scores + j * 16 + 8, high[j]);
-  }
+  for (int64_t j = 0; j < NQ; ++j) store16(scores + j * 16, sums[j]);
 }
 
 // scores[i, 0:bs] for queries [0, num_q): fixed-size groups of up to 4 queries when the
@@ -175,28 +88,63 @@ inline void block_scores(const float* __restrict__ q, const T* __restrict__ kb,
   }
 }
 
-// acc[0:head_dim] += sum_t probs[t] * V[t, :] over one block's token-major values.
-template <typename T, int64_t D>
+// acc[0:head_dim] += sum_t probs[t] * V[t, :] over one block's token-major values, for
+// head dims that are not a multiple of 64 (runtime-sized loops).
+template <typename T>
 inline void block_values(const float* __restrict__ probs, const T* __restrict__ vb,
                          float* __restrict__ acc, int64_t num_valid, int64_t head_dim) {
-  if constexpr (D > 0 && D % 64 == 0) {
-    for (int64_t chunk = 0; chunk < D; chunk += 64) {  // 64 lanes of acc in registers
-      vec8 sums[8];
-      for (int64_t k = 0; k < 8; ++k) sums[k] = load8(acc + chunk + 8 * k);
-      for (int64_t t = 0; t < num_valid; ++t) {
-        const float p = probs[t];
-        const T* __restrict__ vrow = vb + t * D + chunk;
-        for (int64_t k = 0; k < 8; ++k) sums[k] += p * load8(vrow + 8 * k);
-      }
-      for (int64_t k = 0; k < 8; ++k) store8(acc + chunk + 8 * k, sums[k]);
-    }
-  } else {
-    for (int64_t t = 0; t < num_valid; ++t) {
-      const float p = probs[t];
-      const T* __restrict__ vrow = vb + t * head_dim;
+  for (int64_t t = 0; t < num_valid; ++t) {
+    const float p = probs[t];
+    const T* __restrict__ vrow = vb + t * head_dim;
 #pragma omp simd
-      for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * to_float(vrow[d]);
+    for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * to_float(vrow[d]);
+  }
+}
+
+// acc[j, 0:D] += sum_t probs[j, t] * V[t, :] for NQ query rows that see the same
+// num_valid tokens of one block: each value row is loaded once for all NQ rows, whose 64-lane
+// chunks of acc stay in registers.
+template <typename T, int64_t D, int64_t NQ>
+inline void block_values_rows(const float* __restrict__ probs, int64_t probs_stride,
+                              const T* __restrict__ vb, float* __restrict__ acc,
+                              int64_t num_valid) {
+  static_assert(D % 64 == 0, "64-lane chunks of head_dim");
+  for (int64_t chunk = 0; chunk < D; chunk += 64) {
+    vec16 sums[NQ][4];
+    for (int64_t j = 0; j < NQ; ++j)
+      for (int64_t k = 0; k < 4; ++k) sums[j][k] = load16(acc + j * D + chunk + 16 * k);
+    for (int64_t t = 0; t < num_valid; ++t) {
+      const T* __restrict__ vrow = vb + t * D + chunk;
+      const vec16 v0 = load16(vrow), v1 = load16(vrow + 16), v2 = load16(vrow + 32),
+                  v3 = load16(vrow + 48);
+      for (int64_t j = 0; j < NQ; ++j) {
+        const float p = probs[j * probs_stride + t];
+        sums[j][0] += p * v0;
+        sums[j][1] += p * v1;
+        sums[j][2] += p * v2;
+        sums[j][3] += p * v3;
+      }
     }
+    for (int64_t j = 0; j < NQ; ++j)
+      for (int64_t k = 0; k < 4; ++k) store16(acc + j * D + chunk + 16 * k, sums[j][k]);
+  }
+}
+
+// Runs block_values_rows over `count` consecutive rows (any count) in groups of up to 4.
+template <typename T, int64_t D>
+inline void block_values_run(const float* probs, int64_t probs_stride, const T* vb, float* acc,
+                             int64_t num_valid, int64_t count) {
+  int64_t j = 0;
+  for (; j + 4 <= count; j += 4)
+    block_values_rows<T, D, 4>(probs + j * probs_stride, probs_stride, vb, acc + j * D,
+                               num_valid);
+  const float* p = probs + j * probs_stride;
+  float* a = acc + j * D;
+  switch (count - j) {
+    case 3: return block_values_rows<T, D, 3>(p, probs_stride, vb, a, num_valid);
+    case 2: return block_values_rows<T, D, 2>(p, probs_stride, vb, a, num_valid);
+    case 1: return block_values_rows<T, D, 1>(p, probs_stride, vb, a, num_valid);
+    default: return;
   }
 }
 
@@ -246,21 +194,31 @@ void attend_item(const WorkItem& item, const Shapes& s, const Q* query, Q* out,
     const int64_t block_start = b * bs;
     // Lanes at or past a row's num_valid (padding, NaN slots) are computed but never read.
     block_scores<T, BS, D>(q, kb, scores, num_q, bs, head_dim, stride);
-    for (int64_t i = 0; i < num_q; ++i) {
-      const int64_t position = item.first_position + i / s.group_size;
+    // The group_size heads of one query row see the same tokens: one run of rows each.
+    for (int64_t r = 0; r < item.num_rows; ++r) {
+      const int64_t position = item.first_position + r;
       const int64_t num_valid = std::min(bs, position + 1 - block_start);
       if (num_valid <= 0) continue;  // causal: this row sees nothing in this block
-      float* sc = scores + i * stride;
-      const float old_max = row_max[i];
-      const float block_sum = block_probs(sc, num_valid, row_max[i]);
-      float* ai = acc + i * head_dim;
-      if (row_max[i] != old_max) {
-        const float correction = exp_scalar(old_max - row_max[i]);
-        for (int64_t d = 0; d < head_dim; ++d) ai[d] *= correction;
-        row_sum[i] *= correction;
+      const int64_t first = r * s.group_size;
+      for (int64_t i = first; i < first + s.group_size; ++i) {
+        float* sc = scores + i * stride;
+        const float old_max = row_max[i];
+        const float block_sum = block_probs(sc, num_valid, row_max[i]);
+        if (row_max[i] != old_max) {
+          const float correction = exp_scalar(old_max - row_max[i]);
+          float* ai = acc + i * head_dim;
+          for (int64_t d = 0; d < head_dim; ++d) ai[d] *= correction;
+          row_sum[i] *= correction;
+        }
+        row_sum[i] += block_sum;
       }
-      row_sum[i] += block_sum;
-      block_values<T, D>(sc, vb, ai, num_valid, head_dim);
+      if constexpr (D > 0 && D % 64 == 0) {
+        block_values_run<T, D>(scores + first * stride, stride, vb, acc + first * head_dim,
+                               num_valid, s.group_size);
+      } else {
+        for (int64_t i = first; i < first + s.group_size; ++i)
+          block_values<T>(scores + i * stride, vb, acc + i * head_dim, num_valid, head_dim);
+      }
     }
   }
   for (int64_t r = 0; r < item.num_rows; ++r) {

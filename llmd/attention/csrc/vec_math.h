@@ -1,0 +1,118 @@
+// Vector helpers of the CPU paged-attention op: bf16/fp32 loads into fp32 lanes, a
+// vectorized exp and the online-softmax step over one block's scores.
+//
+// The vectors are gcc's generic vector types: 8 lanes are one ymm register with AVX2 or
+// AVX-512; 16 lanes are one zmm register with AVX-512 and two ymm registers with AVX2, so
+// the same source builds (-march=native) and runs on either.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace llmd_cpu {
+
+inline float to_float(float x) { return x; }
+inline void store_float(float* p, float x) { *p = x; }
+inline void store_float(c10::BFloat16* p, float x) { *p = c10::BFloat16(x); }  // nearest-even
+inline float to_float(c10::BFloat16 x) {
+  uint32_t bits = static_cast<uint32_t>(x.x) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+// 8 floats as one generic vector: a ymm register with AVX2 or AVX-512 (-march=native).
+typedef float vec8 __attribute__((vector_size(32)));
+typedef float vec8u __attribute__((vector_size(32), aligned(4)));
+typedef uint16_t half8 __attribute__((vector_size(16), aligned(2)));
+typedef uint32_t word8 __attribute__((vector_size(32)));
+
+inline vec8 load8(const float* p) { return *reinterpret_cast<const vec8u*>(p); }
+inline vec8 load8(const c10::BFloat16* p) {
+  const half8 raw = *reinterpret_cast<const half8*>(p);
+  const word8 bits = __builtin_convertvector(raw, word8) << 16;
+  vec8 out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+inline void store8(float* p, vec8 v) { *reinterpret_cast<vec8u*>(p) = v; }
+
+typedef int32_t int8v __attribute__((vector_size(32)));
+constexpr vec8 kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7};
+
+// exp(x) lane-wise for x <= 0 (Cephes-style range reduction and polynomial, rel. error
+// ~1e-7); inputs below -87 give ~1e-38, never a denormal.
+inline vec8 exp8(vec8 x) {
+  x = x < -87.0f ? vec8{} - 87.0f : x;
+  // Round to nearest by the 1.5 * 2^23 trick.
+  const vec8 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const vec8 r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  vec8 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int8v bits = (__builtin_convertvector(n, int8v) + 127) << 23;
+  vec8 scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+inline float exp_scalar(float x) { return exp8(vec8{} + x)[0]; }
+
+inline float lane_max(vec8 v) {
+  float out = v[0];
+  for (int k = 1; k < 8; ++k) out = std::max(out, v[k]);
+  return out;
+}
+
+inline float lane_sum(vec8 v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+// Online-softmax step over one block's scores[0, num_valid): returns the block's sum of
+// exp(score - new_max) and leaves those probabilities in scores. Reads 8 lanes at a time
+// (within the row's padding); lanes past num_valid are masked by selection, so NaN
+// padding never propagates.
+inline float block_probs(float* __restrict__ scores, int64_t num_valid, float& row_max) {
+  const vec8 minus_inf = vec8{} - std::numeric_limits<float>::infinity();
+  vec8 maxes = minus_inf;
+  for (int64_t t = 0; t < num_valid; t += 8) {
+    const vec8 lane = kLaneIndex + static_cast<float>(t);
+    maxes = lane < static_cast<float>(num_valid) ? (load8(scores + t) > maxes ? load8(scores + t) : maxes) : maxes;
+  }
+  const float new_max = std::max(row_max, lane_max(maxes));
+  vec8 sums = {};
+  for (int64_t t = 0; t < num_valid; t += 8) {
+    const vec8 lane = kLaneIndex + static_cast<float>(t);
+    const vec8 probs = exp8(load8(scores + t) - new_max);
+    const vec8 kept = lane < static_cast<float>(num_valid) ? probs : vec8{};
+    store8(scores + t, kept);
+    sums += kept;
+  }
+  row_max = new_max;
+  return lane_sum(sums);
+}
+
+
+typedef float vec16 __attribute__((vector_size(64)));
+typedef float vec16u __attribute__((vector_size(64), aligned(4)));
+typedef uint16_t half16 __attribute__((vector_size(32), aligned(2)));
+typedef uint32_t word16 __attribute__((vector_size(64)));
+
+inline vec16 load16(const float* p) { return *reinterpret_cast<const vec16u*>(p); }
+inline vec16 load16(const c10::BFloat16* p) {
+  const half16 raw = *reinterpret_cast<const half16*>(p);
+  const word16 bits = __builtin_convertvector(raw, word16) << 16;
+  vec16 out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+inline void store16(float* p, vec16 v) { *reinterpret_cast<vec16u*>(p) = v; }
+
+}  // namespace llmd_cpu
