@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -49,16 +48,18 @@ from vllm_env import (
     REPO_ROOT,
     VLLM_SCRIPT,
     add_vllm_options,
-    allowed_cpus,
+    check_threads,
+    describe_run,
     ensure_checkpoint,
     install_vllm,
     log,
+    parse_systems,
+    shown_env,
     venv_python,
     vllm_env,
 )
 
 WORKER = Path(__file__).resolve().parent / "offline_peer_worker.py"
-SYSTEMS = ("vllm", "llmd")
 DTYPES = ("float32", "bfloat16")
 
 
@@ -113,9 +114,7 @@ def run_system(args: argparse.Namespace, system: str, dtype: str, out: Path,
     result = json.loads(result_path.read_text())
     result["wall_s"] = round(time.monotonic() - started, 1)
     if system == "vllm":
-        result["env"] = {key: env[key] for key in (
-            "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS",
-            "LD_PRELOAD") if key in env}  # fmt: skip
+        result["env"] = shown_env(env)
     log(f"{name}: {result['median_tok_s']:.1f} output tok/s (median of {args.repeats})")
     return result
 
@@ -182,11 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark with argv (default: sys.argv[1:]); returns the exit status."""
     args = build_parser().parse_args(argv)
-    systems = [name.strip() for name in args.systems.split(",") if name.strip()]
-    if not systems or set(systems) - set(SYSTEMS):
-        raise SystemExit(f"--systems takes vllm and/or llmd, got {args.systems!r}")
-    if args.threads is not None and not 1 <= args.threads <= len(allowed_cpus()):
-        raise SystemExit(f"--threads must be 1..{len(allowed_cpus())}")
+    systems = parse_systems(args.systems, "--systems")
+    check_threads(args.threads)
     if args.repeats < 1 or args.num_requests < 1:
         raise SystemExit("--repeats and --num-requests must be at least 1")
     if args.max_prompt + args.max_output > args.max_model_len:
@@ -210,11 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     comparisons = {dtype: row for dtype, results in by_dtype.items()
                    if (row := compare(results)) is not None}
     summary = {
-        "config": {key: (str(value) if isinstance(value, Path) else value)
-                   for key, value in vars(args).items()},
-        "environment": {**environment, "python": platform.python_version(),
-                        "cpus": allowed_cpus(), "machine": platform.processor() or
-                        platform.machine()},
+        **describe_run(args, environment),
         "workload": {**workload.meta, "file": str(workload_path),
                      "num_requests": len(workload.requests),
                      "num_output_tokens": sum(r.max_tokens for r in workload.requests)},

@@ -60,7 +60,6 @@ import contextlib
 import json
 import math
 import os
-import platform
 import shlex
 import signal
 import socket
@@ -77,11 +76,14 @@ from vllm_env import (
     REPO_ROOT,
     VLLM_CLI,
     add_vllm_options,
-    allowed_cpus,
+    check_threads,
+    describe_run,
     ensure_checkpoint,
     install_vllm,
     log,
+    parse_systems,
     run_logged,
+    shown_env,
     venv_python,
     vllm_env,
 )
@@ -255,10 +257,7 @@ def run_server(args: argparse.Namespace, name: str, out: Path, vocab_size: int) 
     shown = ["vllm", *server.command[3:]] if name == "vllm" else server.command
     record: dict = {"server": name, "command": shlex.join(shown), "runs": []}
     if name == "vllm":
-        record["env"] = {k: server.env[k] for k in (
-            "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS",
-            "LD_PRELOAD")
-            if k in server.env}
+        record["env"] = shown_env(server.env)
     try:
         record["ready_s"] = server.start(args.ready_timeout)
         for index, (prompts, rate) in enumerate(args.schedule):
@@ -436,11 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    servers = [name.strip() for name in args.servers.split(",") if name.strip()]
-    if not servers or set(servers) - {"vllm", "llmd"}:
-        raise SystemExit(f"--servers takes vllm and/or llmd, got {args.servers!r}")
-    if args.threads is not None and not 1 <= args.threads <= len(allowed_cpus()):
-        raise SystemExit(f"--threads must be 1..{len(allowed_cpus())}")
+    servers = parse_systems(args.servers, "--servers")
+    check_threads(args.threads)
     if args.input_len + args.output_len > args.max_model_len:
         raise SystemExit("--input-len + --output-len must fit --max-model-len")
     environment = install_vllm(args)
@@ -452,11 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     for sub in ("raw", "logs", "capacity"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     summary = {
-        "config": {key: (str(value) if isinstance(value, Path) else value)
-                   for key, value in vars(args).items()},
-        "environment": {**environment, "python": platform.python_version(),
-                        "cpus": allowed_cpus(), "machine": platform.processor() or
-                        platform.machine()},
+        **describe_run(args, environment),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "servers": {},
     }
     started = time.monotonic()

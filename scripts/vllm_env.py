@@ -3,7 +3,7 @@
 scripts/bench_vs_vllm.py (serving) and scripts/bench_offline_vs_vllm.py (offline) install
 vllm, set its CPU environment and pick the checkpoint the same way, so their figures are
 measured against the same vllm; the recipe is in scripts/bench_vs_vllm.py's docstring.
-Standard library only: the offline worker imports it inside the vllm venv.
+Standard library only, and nothing here imports vllm or llmd: it runs in the project's .venv.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shlex
 import subprocess
 import sys
@@ -226,6 +227,40 @@ def vllm_env(args: argparse.Namespace, venv: Path, server: bool) -> dict[str, st
         if preload:
             env["LD_PRELOAD"] = ":".join(preload)
     return env
+
+
+SHOWN_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS",
+             "LD_PRELOAD")
+
+
+def shown_env(env: dict[str, str]) -> dict[str, str]:
+    """The part of vllm's environment a result records: what tunes its CPU engine."""
+    return {key: env[key] for key in SHOWN_ENV if key in env}
+
+
+def parse_systems(text: str, flag: str) -> list[str]:
+    """The systems of a comma-separated flag value, in order; an error unless vllm/llmd."""
+    systems = [name.strip() for name in text.split(",") if name.strip()]
+    if not systems or set(systems) - {"vllm", "llmd"}:
+        raise SystemExit(f"{flag} takes vllm and/or llmd, got {text!r}")
+    return systems
+
+
+def check_threads(threads: int | None) -> None:
+    """Exit unless --threads is unset or fits the CPUs this process may use."""
+    if threads is not None and not 1 <= threads <= len(allowed_cpus()):
+        raise SystemExit(f"--threads must be 1..{len(allowed_cpus())}")
+
+
+def describe_run(args: argparse.Namespace, environment: dict) -> dict:
+    """A summary's settings and machine: every option, vllm's versions, Python and CPUs."""
+    return {
+        "config": {key: (str(value) if isinstance(value, Path) else value)
+                   for key, value in vars(args).items()},
+        "environment": {**environment, "python": platform.python_version(),
+                        "cpus": allowed_cpus(), "machine": platform.processor() or
+                        platform.machine()},
+    }
 
 
 def ensure_checkpoint(args: argparse.Namespace) -> None:
