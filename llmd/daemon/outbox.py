@@ -65,6 +65,14 @@ class Drain:
     """Peer and message id of a shutdown request, to acknowledge when stopped."""
 
 
+@dataclass(frozen=True)
+class SendGroup:
+    """Sends posted at once (one engine step's replies): drained as its sends, in order, so
+    the I/O thread never wakes between them and sends each peer's share as one message."""
+
+    sends: tuple[Send, ...]
+
+
 OutboxItem = Send | SnapshotReady | EngineDied | EngineWarm | ConnectionClosed | Drain
 """Everything another thread may hand the I/O thread; `Daemon` dispatches on the class."""
 
@@ -99,7 +107,7 @@ class Outbox:
     """A thread-safe queue whose arrivals wake a zmq.Poller through a pipe."""
 
     def __init__(self) -> None:
-        self._items: queue.SimpleQueue[OutboxItem] = queue.SimpleQueue()
+        self._items: queue.SimpleQueue[OutboxItem | SendGroup] = queue.SimpleQueue()
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)
@@ -109,7 +117,7 @@ class Outbox:
         """The descriptor to poll for readability."""
         return self._read_fd
 
-    def post(self, item: OutboxItem) -> None:
+    def post(self, item: OutboxItem | SendGroup) -> None:
         """Queue `item` and wake the I/O thread (never blocks)."""
         self._items.put(item)
         if self._is_closed:
@@ -119,7 +127,7 @@ class Outbox:
             os.write(self._write_fd, b"\0")
 
     def drain(self) -> list[OutboxItem]:
-        """Everything posted so far, in order."""
+        """Everything posted so far, in order (a group's sends in its place)."""
         try:
             while os.read(self._read_fd, 4096):
                 pass
@@ -128,9 +136,13 @@ class Outbox:
         items: list[OutboxItem] = []
         while True:
             try:
-                items.append(self._items.get_nowait())
+                item = self._items.get_nowait()
             except queue.Empty:
                 return items
+            if isinstance(item, SendGroup):
+                items.extend(item.sends)
+            else:
+                items.append(item)
 
     def close(self) -> None:
         """Close the pipe; later posts are queued but wake nobody."""

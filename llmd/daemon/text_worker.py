@@ -24,7 +24,7 @@ from llmd.daemon.finished_message import (
     unstarted_abort_message,
 )
 from llmd.daemon.live_request import LiveRequest
-from llmd.daemon.outbox import Outbox, Send
+from llmd.daemon.outbox import Outbox, Send, SendGroup
 from llmd.daemon.prompt_limits import PromptLimits
 from llmd.daemon.thread_names import name_os_thread
 from llmd.engine.detokenizer import IncrementalDetokenizer
@@ -107,6 +107,8 @@ class TextWorker:
         self.metrics = metrics
         self._jobs: queue.SimpleQueue[TextJob | None] = queue.SimpleQueue()
         self._live: dict[str, LiveRequest] = {}
+        self._step_sends: list[Send] | None = None
+        """While an engine step's batch is handled, its replies, posted together at its end."""
         self._tokenizing: dict[str, NewRequest] = {}
         """Requests whose prompt is in the tokenizer pool, by engine id."""
         self.limits = limits
@@ -236,6 +238,15 @@ class TextWorker:
             self.engine_loop.submit(AbortCommand(engine_id))
 
     def _on_batch(self, batch: EngineBatch) -> None:
+        self._step_sends = []
+        try:
+            self._on_batch_items(batch)
+        finally:
+            sends, self._step_sends = self._step_sends, None
+            if sends:
+                self.outbox.post(SendGroup(tuple(sends)))
+
+    def _on_batch_items(self, batch: EngineBatch) -> None:
         for engine_id, num_prompt_tokens in batch.added:
             live = self._live.get(engine_id)
             if live is not None:
@@ -335,7 +346,14 @@ class TextWorker:
 
     def _send(self, live: LiveRequest, message: WireMessage, is_last: bool = False) -> None:
         release = (live.peer, live.client_id) if is_last else None
-        self.outbox.post(Send(live.peer, encode(message), release))
+        self._post(Send(live.peer, encode(message), release))
+
+    def _post(self, send: Send) -> None:
+        """Hand `send` to the I/O thread now, or with the rest of the step being handled."""
+        if self._step_sends is not None:
+            self._step_sends.append(send)
+        else:
+            self.outbox.post(send)
 
     def _send_error(self, peer: bytes, client_id: str, error: Exception) -> None:
         """The request's last message: a typed error."""
@@ -344,7 +362,7 @@ class TextWorker:
         else:
             logger.error("request %s failed: %r", client_id, error)
             reply = ErrorReply(client_id, "internal", f"{type(error).__name__}: {error}")
-        self.outbox.post(Send(peer, encode(reply), (peer, client_id)))
+        self._post(Send(peer, encode(reply), (peer, client_id)))
 
 
 def _logprob_dict(logprob: TokenLogprob, tokenizer: Tokenizer) -> LogprobEntry:
