@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from llmd.attention.cpu_extension import load_cpu_ops
+from llmd.layers.activation import CPU_SILU_AND_MUL_DTYPES, GatedActivation
 from llmd.layers.attention import PagedSelfAttention
 from llmd.layers.kernel_config import KernelConfig
 from llmd.layers.norm import RMSNorm
@@ -258,3 +259,20 @@ def test_bf16_attention_rotates_with_the_op_and_matches_torch(ops, qk_norm):
         assert torch.equal(got, want)
     assert log.called == ["rotary_embedding"] * (2 if qk_norm else 1)
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, BF16])
+def test_silu_layer_uses_the_op_in_the_dtypes_where_it_is_faster(ops, dtype):
+    torch.manual_seed(2)
+    layer, gelu = GatedActivation("silu"), GatedActivation("gelu")
+    for module in (layer, gelu):
+        module.use_kernel_config(KernelConfig(use_cpu_ops=True))
+    assert layer._cpu_silu_and_mul is not None and gelu._cpu_silu_and_mul is None
+    calls = []
+    layer._cpu_silu_and_mul = lambda out, gate_up: calls.append(ops.silu_and_mul(out, gate_up))
+    gate_up = torch.randn(4, 64).to(dtype)
+    gate, up = gate_up.chunk(2, dim=-1)
+    tolerance = {"rtol": 2**-7, "atol": 0.0} if dtype == BF16 else {"rtol": 1e-6, "atol": 1e-30}
+    torch.testing.assert_close(layer(gate_up), F.silu(gate) * up, **tolerance)
+    assert len(calls) == (1 if dtype in CPU_SILU_AND_MUL_DTYPES else 0)
+    layer(torch.randn(4, 2, 64).to(dtype))  # 3-D: the torch ops
+    assert len(calls) == (1 if dtype in CPU_SILU_AND_MUL_DTYPES else 0)
