@@ -2,7 +2,7 @@
 
 Loading gate_proj and up_proj into one matrix halves the MLP's input matmuls; this module
 splits the fused output again and applies the checkpoint's `hidden_act` (SiLU as one
-Triton kernel on CUDA, which never materializes SiLU(gate)).
+Triton kernel on CUDA or one C++ op on the CPU, which never materialize SiLU(gate)).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
 _TRITON_FUSED_ACTIVATIONS = ("silu", "swish")
-"""Activations with a fused Triton kernel; the others keep the torch ops on every device."""
+"""Activations with a fused Triton kernel or C++ op; the others keep the torch ops."""
+CPU_SILU_AND_MUL_DTYPES = (torch.float32, torch.bfloat16)
+"""Dtypes where the C++ silu_and_mul beat torch's silu + mul (docs/ARCHITECTURE.md)."""
 
 
 class GatedActivation(nn.Module):
@@ -40,20 +42,43 @@ class GatedActivation(nn.Module):
         self.hidden_act = hidden_act
         self.act = _ACTIVATIONS[hidden_act]
         self.kernel_config = KernelConfig()
-        self._triton_silu_mul: Callable | None = None
+        self._triton_silu_mul: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self._cpu_silu_and_mul: Callable[[torch.Tensor, torch.Tensor], None] | None = None
 
     def use_kernel_config(self, config: KernelConfig) -> None:
-        """Use llmd.kernels.silu_mul for SiLU when `config` selects Triton kernels."""
+        """Use llmd.kernels.silu_mul for SiLU when `config` selects Triton kernels, the C++
+        op (llmd/layers/csrc) when it selects the CPU ops."""
         self.kernel_config = config
-        self._triton_silu_mul = None
-        if config.use_triton and self.hidden_act in _TRITON_FUSED_ACTIVATIONS:
+        self._triton_silu_mul = self._cpu_silu_and_mul = None
+        if self.hidden_act not in _TRITON_FUSED_ACTIVATIONS:
+            return
+        if config.use_triton:
             from llmd.kernels.silu_mul import silu_mul
 
             self._triton_silu_mul = silu_mul
+        if config.use_cpu_ops:
+            from llmd.attention.cpu_extension import load_cpu_ops
+
+            self._cpu_silu_and_mul = load_cpu_ops().silu_and_mul
 
     def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
         """Return the gated activation; [num_tokens, 2 * d] -> [num_tokens, d]."""
         if self._triton_silu_mul is not None:
             return self._triton_silu_mul(gate_up)
+        if self._cpu_silu_and_mul is not None and _is_cpu_op_rows(gate_up):
+            out = gate_up.new_empty(gate_up.shape[0], gate_up.shape[1] // 2)  # [num_tokens, d]
+            self._cpu_silu_and_mul(out, gate_up)
+            return out
         gate, up = gate_up.chunk(2, dim=-1)  # [num_tokens, d] each
         return self.act(gate) * up
+
+
+def _is_cpu_op_rows(gate_up: torch.Tensor) -> bool:
+    """Whether the C++ op takes `gate_up`: [rows, 2 d] with contiguous rows in a dtype where
+    it is the faster path."""
+    return (
+        gate_up.dtype in CPU_SILU_AND_MUL_DTYPES
+        and gate_up.dim() == 2
+        and gate_up.stride(-1) == 1
+        and gate_up.shape[1] % 2 == 0
+    )

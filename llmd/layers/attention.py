@@ -3,8 +3,8 @@
 Every supported architecture shares this block; the differences (qkv bias, per-head q/k
 RMSNorm, explicit head_dim) are constructor flags, and the paged-cache work is delegated to
 whichever AttentionBackend the runner chose. With Triton layer kernels (or the C++ CPU
-ops, in float32), q and k are rotated in place by one call instead of several torch
-temporaries.
+ops, in float32 or bfloat16), q and k are rotated in place by one call instead of several
+torch temporaries.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class PagedSelfAttention(nn.Module):
         qkv = qkv.view(num_tokens, num_qk_heads + self.num_kv_heads, self.head_dim)
         if self._triton_rotary is not None:
             query, key = self._rotate_with_kernel(qkv, cos, sin)
-        elif self._cpu_ops is not None and qkv.dtype == torch.float32 == cos.dtype:
+        elif self._cpu_ops is not None and _rotates_with_cpu_op(qkv.dtype, cos.dtype):
             query, key = self._rotate_with_cpu_op(qkv, cos, sin)
         elif self.has_qk_norm:
             query = self.q_norm(qkv[:, : self.num_heads])  # [num_tokens, num_heads, head_dim]
@@ -106,7 +106,7 @@ class PagedSelfAttention(nn.Module):
 
     def _rotate_with_cpu_op(
         self,
-        qkv: torch.Tensor,  # [num_tokens, num_heads + 2 * num_kv_heads, head_dim], float32
+        qkv: torch.Tensor,  # [num_tokens, num_heads + 2 * num_kv_heads, head_dim], fp32/bf16
         cos: torch.Tensor,  # [num_tokens, 1, head_dim // 2]
         sin: torch.Tensor,  # [num_tokens, 1, head_dim // 2]
     ) -> tuple[torch.Tensor, torch.Tensor]:  # query, key
@@ -146,3 +146,9 @@ class PagedSelfAttention(nn.Module):
             row_ids, query, key, cos.reshape(num_tokens, -1), sin.reshape(num_tokens, -1)
         )
         return query, key
+
+
+def _rotates_with_cpu_op(qkv_dtype: torch.dtype, cos_dtype: torch.dtype) -> bool:
+    """Whether the C++ rotary op takes these dtypes: float32 or bfloat16, cos/sin alike (in
+    bf16 it rounds each product and sum as apply_rotary's ops do, matching them bit for bit)."""
+    return qkv_dtype == cos_dtype and qkv_dtype in (torch.float32, torch.bfloat16)

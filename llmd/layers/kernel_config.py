@@ -24,8 +24,9 @@ class KernelConfig:
     use_triton: bool = False
     """Fused Triton kernels for RMSNorm (with residual add), rotary and SiLU-and-mul."""
     use_cpu_ops: bool = False
-    """Fused C++ ops (llmd/layers/csrc) for float32 RMSNorm (with residual add) and rotary
-    on the CPU; other dtypes and shapes keep the torch ops."""
+    """Fused C++ ops (llmd/layers/csrc) on the CPU for float32 and bfloat16 RMSNorm (with
+    residual add), rotary and SiLU-and-mul (bf16 rounded where torch's ops round); other
+    dtypes, mixed-dtype operands and shapes the ops do not take keep the torch ops."""
 
     @classmethod
     def for_backend(cls, backend: AttentionBackend, device: torch.device) -> KernelConfig:

@@ -3,7 +3,8 @@
 Every supported architecture normalizes twice per layer right after a residual add, so
 fusing the add into the norm call keeps the decoder loop short and matches HF's order; on
 CUDA the fused kernel also saves a full read and write of the hidden states, and on the
-CPU the C++ op replaces six small ATen ops (each of which wakes the OpenMP team).
+CPU the C++ op (float32 and bfloat16) replaces six small ATen ops (each of which wakes
+the OpenMP team).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class RMSNorm(nn.Module):
                 return self._triton_rms_norm(hidden, self.weight, self.eps)
             return self._triton_fused_add_rms_norm(hidden, residual, self.weight, self.eps)
         if self._cpu_ops is not None and all(
-            _is_float32_rows(t, self.weight) for t in (hidden, residual) if t is not None
+            _is_cpu_op_rows(t, self.weight) for t in (hidden, residual) if t is not None
         ):
             return self._cpu_forward(hidden, residual)
         if residual is not None:
@@ -93,11 +94,16 @@ class RMSNorm(nn.Module):
         return self.weight * normed
 
 
-def _is_float32_rows(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether the C++ op takes `hidden`: float32 [rows, hidden] with contiguous rows."""
+_CPU_OP_DTYPES = (torch.float32, torch.bfloat16)
+"""The dtypes the C++ op computes in (bf16 with torch's low-precision rounding order)."""
+
+
+def _is_cpu_op_rows(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the C++ op takes `hidden`: float32 or bfloat16 [rows, hidden] with contiguous
+    rows and a weight of the same dtype (a mixed pair keeps torch's type promotion)."""
     return (
-        hidden.dtype == torch.float32
-        and weight.dtype == torch.float32
+        hidden.dtype in _CPU_OP_DTYPES
+        and weight.dtype == hidden.dtype
         and hidden.dim() == 2
         and hidden.stride(-1) == 1
     )
