@@ -70,17 +70,25 @@ def read_workload(path: Path) -> PeerWorkload:
     return PeerWorkload(requests("requests"), requests("warmup"), meta)
 
 
+def shared_engine_options(job: dict) -> dict[str, object]:
+    """The engine options both systems' `LLM` take under the same names, from the job."""
+    return {
+        "dtype": job["dtype"],
+        "seed": job["seed"],
+        "max_model_len": job["max_model_len"],
+        "max_num_seqs": job["max_num_seqs"],
+        "max_num_batched_tokens": job["max_num_batched_tokens"],
+        "enable_prefix_caching": job["prefix_caching"],
+        "enforce_eager": job["enforce_eager"],
+        "skip_tokenizer_init": True,
+    }
+
+
 def vllm_generate(job: dict) -> tuple[Generate, str]:
     """vllm's `LLM` on the job's settings, and a generate over token-id prompts."""
     import vllm
 
-    llm = vllm.LLM(
-        model=job["model"], dtype=job["dtype"], seed=job["seed"],
-        max_model_len=job["max_model_len"], max_num_seqs=job["max_num_seqs"],
-        max_num_batched_tokens=job["max_num_batched_tokens"],
-        enable_prefix_caching=job["prefix_caching"], enforce_eager=job["enforce_eager"],
-        skip_tokenizer_init=True,
-    )  # fmt: skip
+    llm = vllm.LLM(model=job["model"], **shared_engine_options(job))
 
     def generate(requests: list[PeerRequest]) -> list[list[int]]:
         prompts = [{"prompt_token_ids": r.prompt_token_ids} for r in requests]
@@ -99,12 +107,8 @@ def llmd_generate(job: dict) -> tuple[Generate, str]:
     from llmd.sampling_params import SamplingParams
 
     llm = LLM(
-        job["model"], dtype=job["dtype"], device="cpu", seed=job["seed"],
-        kv_cache_memory_gib=job["kv_cache_gib"], num_threads=job["threads"],
-        max_model_len=job["max_model_len"], max_num_seqs=job["max_num_seqs"],
-        max_num_batched_tokens=job["max_num_batched_tokens"],
-        enable_prefix_caching=job["prefix_caching"], enforce_eager=job["enforce_eager"],
-        skip_tokenizer_init=True,
+        job["model"], device="cpu", kv_cache_memory_gib=job["kv_cache_gib"],
+        num_threads=job["threads"], **shared_engine_options(job),
     )  # fmt: skip
 
     def generate(requests: list[PeerRequest]) -> list[list[int]]:
