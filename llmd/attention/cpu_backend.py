@@ -10,11 +10,8 @@ from __future__ import annotations
 import torch
 
 from llmd.attention.backend import AttentionBackend
-from llmd.attention.cpu_extension import load_paged_attention_op
+from llmd.attention.cpu_extension import CPU_OP_DTYPES, load_paged_attention_op
 from llmd.attention.inputs import AttentionInputs
-
-_QUERY_DTYPES = (torch.float32, torch.bfloat16)
-"""Query/output dtypes the op reads and writes itself (fp16 is converted around it)."""
 
 
 class CpuAttentionBackend(AttentionBackend):
@@ -45,15 +42,15 @@ class CpuAttentionBackend(AttentionBackend):
     def forward(self, inputs: AttentionInputs) -> torch.Tensor:
         """Write key/value into their slots, then attend each query over its context.
 
-        The op computes in float32 whatever the cache dtype, reading fp32 or bf16
-        queries and writing the output in the query's dtype (other dtypes go through
-        float32); rows past the last
-        sequence's tokens (batch padding) are left uninitialised. query/key/value may be
-        views into the fused qkv output (strided tokens): the op reads them in place.
+        The op computes in float32 whatever the cache dtype, reading fp32 or bf16 queries
+        and writing the output in the query's dtype (others go through float32); rows
+        past the last sequence's tokens (batch padding) are left uninitialised.
+        query/key/value may be views into the fused qkv output (strided tokens): the op
+        reads them in place.
         """
         query, metadata = inputs.query, inputs.metadata
         cache_dtype = inputs.k_cache.dtype
-        op_dtype = query.dtype if query.dtype in _QUERY_DTYPES else torch.float32
+        op_dtype = query.dtype if query.dtype in CPU_OP_DTYPES else torch.float32
         out = torch.empty(query.shape, dtype=op_dtype)  # [num_tokens, heads, head_dim]
         self._op(
             out,

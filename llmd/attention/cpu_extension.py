@@ -36,6 +36,11 @@ LINK_FLAGS = ("-fopenmp",)
 """Links libgomp.so.1: the copy torch already loaded, so both share one thread pool."""
 
 
+CPU_OP_DTYPES = (torch.float32, torch.bfloat16)
+"""The dtypes every op of the extension reads and writes itself (computing in float32);
+callers convert other dtypes around it or keep torch's ops."""
+
+
 class CpuExtensionUnavailableError(RuntimeError):
     """The C++ op cannot be built or loaded here (no compiler, no ninja, build error)."""
 

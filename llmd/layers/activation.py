@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llmd.attention.cpu_extension import CPU_OP_DTYPES
 from llmd.errors import UnsupportedModelError
 from llmd.layers.kernel_config import KernelConfig
 
@@ -24,8 +25,6 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 _TRITON_FUSED_ACTIVATIONS = ("silu", "swish")
 """Activations with a fused Triton kernel or C++ op; the others keep the torch ops."""
-CPU_SILU_AND_MUL_DTYPES = (torch.float32, torch.bfloat16)
-"""Dtypes where the C++ silu_and_mul beat torch's silu + mul (docs/ARCHITECTURE.md)."""
 
 
 class GatedActivation(nn.Module):
@@ -77,7 +76,7 @@ def _is_cpu_op_rows(gate_up: torch.Tensor) -> bool:
     """Whether the C++ op takes `gate_up`: [rows, 2 d] with contiguous rows in a dtype where
     it is the faster path."""
     return (
-        gate_up.dtype in CPU_SILU_AND_MUL_DTYPES
+        gate_up.dtype in CPU_OP_DTYPES
         and gate_up.dim() == 2
         and gate_up.stride(-1) == 1
         and gate_up.shape[1] % 2 == 0

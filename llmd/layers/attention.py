@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from llmd.attention.backend import AttentionBackend
+from llmd.attention.cpu_extension import CPU_OP_DTYPES
 from llmd.attention.inputs import AttentionInputs
 from llmd.attention.metadata import AttentionMetadata
 from llmd.layers.kernel_config import KernelConfig
@@ -151,4 +152,4 @@ class PagedSelfAttention(nn.Module):
 def _rotates_with_cpu_op(qkv_dtype: torch.dtype, cos_dtype: torch.dtype) -> bool:
     """Whether the C++ rotary op takes these dtypes: float32 or bfloat16, cos/sin alike (in
     bf16 it rounds each product and sum as apply_rotary's ops do, matching them bit for bit)."""
-    return qkv_dtype == cos_dtype and qkv_dtype in (torch.float32, torch.bfloat16)
+    return qkv_dtype == cos_dtype and qkv_dtype in CPU_OP_DTYPES

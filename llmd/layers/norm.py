@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from llmd.attention.cpu_extension import CPU_OP_DTYPES
 from llmd.layers.kernel_config import KernelConfig
 
 
@@ -94,15 +95,11 @@ class RMSNorm(nn.Module):
         return self.weight * normed
 
 
-_CPU_OP_DTYPES = (torch.float32, torch.bfloat16)
-"""The dtypes the C++ op computes in (bf16 with torch's low-precision rounding order)."""
-
-
 def _is_cpu_op_rows(hidden: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether the C++ op takes `hidden`: float32 or bfloat16 [rows, hidden] with contiguous
     rows and a weight of the same dtype (a mixed pair keeps torch's type promotion)."""
     return (
-        hidden.dtype in _CPU_OP_DTYPES
+        hidden.dtype in CPU_OP_DTYPES
         and weight.dtype == hidden.dtype
         and hidden.dim() == 2
         and hidden.stride(-1) == 1

@@ -55,6 +55,7 @@ def retain_freed_memory() -> AllocatorSettings:
         (_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES),
     ):
         if libc.mallopt(parameter, value) != 1:
+            logger.info("host allocator unchanged: glibc refused mallopt(%d, %d)", parameter, value)
             return AllocatorSettings(False, f"mallopt({parameter}) refused")
     logger.info(
         "host allocator: blocks under %d MiB stay in the heap; freed memory is kept",

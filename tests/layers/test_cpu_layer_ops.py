@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from llmd.attention.cpu_extension import load_cpu_ops
-from llmd.layers.activation import CPU_SILU_AND_MUL_DTYPES, GatedActivation
+from llmd.attention.cpu_extension import CPU_OP_DTYPES, load_cpu_ops
+from llmd.layers.activation import GatedActivation
 from llmd.layers.attention import PagedSelfAttention
 from llmd.layers.kernel_config import KernelConfig
 from llmd.layers.norm import RMSNorm
@@ -273,6 +273,6 @@ def test_silu_layer_uses_the_op_in_the_dtypes_where_it_is_faster(ops, dtype):
     gate, up = gate_up.chunk(2, dim=-1)
     tolerance = {"rtol": 2**-7, "atol": 0.0} if dtype == BF16 else {"rtol": 1e-6, "atol": 1e-30}
     torch.testing.assert_close(layer(gate_up), F.silu(gate) * up, **tolerance)
-    assert len(calls) == (1 if dtype in CPU_SILU_AND_MUL_DTYPES else 0)
+    assert len(calls) == (1 if dtype in CPU_OP_DTYPES else 0)
     layer(torch.randn(4, 2, 64).to(dtype))  # 3-D: the torch ops
-    assert len(calls) == (1 if dtype in CPU_SILU_AND_MUL_DTYPES else 0)
+    assert len(calls) == (1 if dtype in CPU_OP_DTYPES else 0)
