@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmd.errors import InvalidParameterError, require
+from llmd.structured_outputs import StructuredOutputs
 
 MAX_LOGPROBS = 20
 MAX_TEMPERATURE = 100.0
@@ -57,6 +58,9 @@ class SamplingParams:
     """Return the log-probability of each sampled token and the top-N alternatives."""
     skip_special_tokens: bool = True
     """Leave special tokens out of the detokenized text."""
+    structured_outputs: StructuredOutputs | None = None
+    """Constrain the output to a JSON schema, a regex, choices or a grammar (a map is
+    accepted and converted); None for free text."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -64,6 +68,9 @@ class SamplingParams:
         else:
             object.__setattr__(self, "stop", _as_tuple("stop", self.stop))
         object.__setattr__(self, "stop_token_ids", _as_tuple("stop_token_ids", self.stop_token_ids))
+        if self.structured_outputs is not None:
+            structured = StructuredOutputs.from_dict(self.structured_outputs)
+            object.__setattr__(self, "structured_outputs", structured)
         self._validate()
 
     def _validate(self) -> None:
@@ -116,9 +123,13 @@ class SamplingParams:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of the user fields, for the wire protocol."""
-        data = dataclasses.asdict(self)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["stop"] = list(self.stop)
         data["stop_token_ids"] = list(self.stop_token_ids)
+        if self.structured_outputs is None:
+            del data["structured_outputs"]  # the wire stays as it was for free text
+        else:
+            data["structured_outputs"] = self.structured_outputs.to_dict()
         return data
 
     @classmethod

@@ -1,0 +1,1 @@
+"""Constrained decoding: grammars compiled from `StructuredOutputs`, matched token by token."""
