@@ -21,6 +21,7 @@ from llmd.engine.launched_step import LaunchedStep
 from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.scheduler_output import SchedulerOutput
+from llmd.engine.servability import check_servable
 from llmd.engine.snapshot_collector import collect_snapshot
 from llmd.engine.step_result import RequestUpdate, StepResult, request_updates, step_stats
 from llmd.engine.step_stats import StepStats
@@ -31,6 +32,8 @@ from llmd.runner.device import device_name, dtype_name, resolve_device
 from llmd.runner.model_runner import ModelRunner
 from llmd.runner.pending_step import RunnerOutput
 from llmd.sampling_params import SamplingParams
+from llmd.structured.grammar_admission import GrammarAdmission
+from llmd.structured.grammar_compiler import build_llg_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +86,8 @@ class LLMEngine:
             if config.async_scheduling is not None
             else self.runner.device.type == "cuda"
         )
+        self.grammars: GrammarAdmission | None = None
+        """Structured outputs: compiles and admits constrained requests (made on first use)."""
         self._in_flight: LaunchedStep | None = None
         """The pipelined step's launched plan, applied by the next step (async scheduling)."""
         self._finished_last_step: set[str] = set()
@@ -166,11 +171,42 @@ class LLMEngine:
             arrival_time=arrival_time,
             label=label,
         )
-        self.scheduler.add_request(request)
+        if params.structured_outputs is None:
+            self.scheduler.add_request(request)
+        else:
+            self._add_constrained(request)
         return request
+
+    def _add_constrained(self, request: Request) -> None:
+        """Queue a request with structured outputs: its grammar compiles off this thread."""
+        if self.tokenizer is None:
+            raise InvalidParameterError(
+                "needs the tokenizer, and this engine was started without one "
+                "(skip_tokenizer_init)",
+                "structured_outputs",
+            )
+        if request.request_id in self.scheduler.requests or (
+            self.grammars is not None and request.request_id in self.grammars.compiling
+        ):
+            raise InvalidParameterError(
+                f"request id {request.request_id!r} is already in use", "request_id"
+            )
+        check_servable(request, self.max_model_len, self.block_manager)
+        if self.grammars is None:
+            self.grammars = GrammarAdmission(self._grammar_tokenizer, self.shape.vocab_size)
+        self.grammars.add(request, self.scheduler, time.monotonic())
+
+    def _grammar_tokenizer(self):
+        """llguidance's tokenizer for this model (built on the compile thread, once)."""
+        assert self.tokenizer is not None  # _add_constrained checks
+        return build_llg_tokenizer(
+            self.tokenizer.to_json(), self.shape.vocab_size, self.eos_token_ids
+        )
 
     def abort_request(self, request_id: str) -> Request | None:
         """Abort a request wherever it is; its KV blocks are freed at once."""
+        if self.grammars is not None and request_id in self.grammars.compiling:
+            return self.grammars.abort(request_id)
         return self.scheduler.finish_request(request_id, FinishReason.ABORT)
 
     def finish_request(
@@ -199,8 +235,13 @@ class LLMEngine:
         self.started_at = time.monotonic()
 
     def has_unfinished_requests(self) -> bool:
-        """True while any request waits or runs, or a launched step is still to be applied."""
-        return self._in_flight is not None or self.scheduler.has_unfinished_requests
+        """True while any request waits (for its grammar too) or runs, or a launched step is
+        still to be applied."""
+        return (
+            self._in_flight is not None
+            or self.scheduler.has_unfinished_requests
+            or (self.grammars is not None and len(self.grammars.compiling) > 0)
+        )
 
     # ---------------------------------------------------------------- step
 
@@ -210,18 +251,27 @@ class LLMEngine:
         With async scheduling the run is pipelined (`_run_pipelined`): outputs lag one step.
         """
         started = time.monotonic()
+        compiled: list[RequestUpdate] = []
+        if self.grammars is not None:
+            compiled = self.grammars.admit_ready(self.scheduler, started)
         try:
             plan = self.scheduler.schedule()
         except SchedulerStallError as error:  # never step empty plans forever: fail the head
             logger.error("scheduler stalled: %s", error)
             update = self.fail_request(error.request_id, error)
-            return self._step_result([] if update is None else [update], None)
+            return self._step_result(compiled + ([] if update is None else [update]), None)
         scheduled = time.monotonic()
         if plan.is_empty and (plan.finished_request_ids or plan.preempted_request_ids):
             self.runner.free(plan)  # no step will carry these ends to the runner
         if self.async_scheduling:
-            return self._run_pipelined(plan, started, scheduled)
-        return self._run_sync(plan, started, scheduled)
+            result = self._run_pipelined(plan, started, scheduled)
+        else:
+            result = self._run_sync(plan, started, scheduled)
+        if plan.is_empty and self._in_flight is None and self.grammars is not None:
+            self.grammars.wait_if_idle()  # only compiles pending: do not spin
+        if compiled:
+            result.updates[:0] = compiled
+        return result
 
     def _run_sync(self, plan: SchedulerOutput, started: float, scheduled: float) -> StepResult:
         """Run a plan to the end, then apply its samples."""
@@ -229,6 +279,7 @@ class LLMEngine:
             return StepResult([], None)
         launched = LaunchedStep.of(plan)
         try:
+            self._attach_masks(plan)
             output = self.runner.execute(plan)
         except Exception as error:  # a bad batch must not take the engine down
             return self._step_result(self._fail(error, plan), None)
@@ -245,14 +296,23 @@ class LLMEngine:
         if plan.is_empty and previous is None:
             return StepResult([], None)
         updates: list[RequestUpdate] = []
+        stats = None
+        if previous is not None and _samples_constrained(plan):
+            # A grammar mask needs the token in flight: apply it first (no overlap here).
+            try:
+                output = previous.pending.resolve()
+            except Exception as error:  # the plan's inputs came from that step
+                return self._step_result(self._fail(error, previous.plan, plan), None)
+            updates, stats = self._apply(previous, output, started, scheduled)
+            previous = None
         launched = None if plan.is_empty else LaunchedStep.of(plan)
         if launched is not None:
             try:
+                self._attach_masks(plan)
                 launched.pending = self.runner.launch(plan)
             except Exception as error:  # a bad batch fails its own requests only
                 updates += self._fail(error, plan)
                 launched = None
-        stats = None
         if previous is not None:
             try:
                 output = previous.pending.resolve()
@@ -267,6 +327,11 @@ class LLMEngine:
             launched.placeholder_ids = self.scheduler.advance_in_flight(plan)
             self._in_flight = launched
         return self._step_result(updates, stats)
+
+    def _attach_masks(self, plan: SchedulerOutput) -> None:
+        """Give the plan its constrained rows' grammar masks, from every token applied."""
+        if self.grammars is not None:
+            self.grammars.attach_masks(plan)
 
     def _apply(
         self, step: LaunchedStep, output: RunnerOutput, started: float, scheduled: float
@@ -368,6 +433,14 @@ class LLMEngine:
         default nothing more). Only the thread that steps may call it, as the scheduler
         changes during a step; `recent` are finished requests the caller kept, for rows."""
         return collect_snapshot(self.scheduler, scope or SnapshotScope(), recent)
+
+
+def _samples_constrained(plan: SchedulerOutput) -> bool:
+    """True when the plan samples a request that has a grammar."""
+    return any(
+        chunk.is_sampling and chunk.request is not None and chunk.request.grammar is not None
+        for chunk in plan.chunks
+    )
 
 
 def _config_eos_token_ids(hf_config, model_path) -> tuple[int, ...]:

@@ -111,6 +111,11 @@ class SamplingParams:
         require(
             isinstance(self.skip_special_tokens, bool), "skip_special_tokens", "must be a boolean"
         )
+        require(
+            not (self.ignore_eos and self.structured_outputs is not None),
+            "ignore_eos",
+            "cannot be combined with structured_outputs: the grammar decides where output ends",
+        )
 
     @property
     def has_penalties(self) -> bool:

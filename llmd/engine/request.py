@@ -9,12 +9,37 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from llmd.engine.scheduler_output import PENDING_TOKEN_ID
 from llmd.engine.wait_ledger import WaitLedger
 from llmd.sampling_params import SamplingParams
 
-__all__ = ["PENDING_TOKEN_ID", "FinishReason", "Request", "RequestStatus", "RequestTimes"]
+__all__ = [
+    "PENDING_TOKEN_ID",
+    "FinishReason",
+    "Request",
+    "RequestStatus",
+    "RequestTimes",
+    "TokenGrammar",
+]
+
+
+class TokenGrammar(Protocol):
+    """What the scheduler needs of a request's grammar (llmd.structured.GrammarMatcher)."""
+
+    def accept(self, token_id: int) -> bool:
+        """Advance by one sampled token; False if the grammar forbids it."""
+        ...
+
+    @property
+    def is_terminated(self) -> bool:
+        """True once nothing more may follow: the request ends."""
+        ...
+
+    def fill_mask(self, address: int, num_bytes: int) -> None:
+        """Write the next token's allowed-token bitmask at `address`."""
+        ...
 
 
 class RequestStatus(enum.Enum):
@@ -88,6 +113,8 @@ class Request:
         self.num_prefill_chunks = 0
         self.waits = WaitLedger()
         """Why and how long it waited for admission, and its prefill stalls (WaitTracker)."""
+        self.grammar: TokenGrammar | None = None
+        """The constraint's matcher (structured outputs), set once its grammar compiled."""
 
     @property
     def prompt_token_ids(self) -> list[int]:

@@ -17,7 +17,7 @@ from llmd.engine.plan_writer import PlanWriter
 from llmd.engine.request import FinishReason, Request, RequestStatus
 from llmd.engine.scheduler_output import PENDING_TOKEN_ID, ScheduledChunk, SchedulerOutput
 from llmd.engine.servability import check_servable
-from llmd.engine.stop_rules import check_stop, ends_by_length_after_sample
+from llmd.engine.stop_rules import check_stop, ends_by_length_after_sample, grammar_stop
 from llmd.engine.wait_tracker import WaitTracker
 from llmd.engine.waiting_queue import make_waiting_queue
 from llmd.errors import InvalidParameterError, SchedulerStallError
@@ -264,6 +264,8 @@ class Scheduler:
             else:
                 request.append_token(token_id, now)
             reason, stop_reason = check_stop(request, token_id, self.config.max_model_len)
+            if reason is None and request.grammar is not None:
+                reason = grammar_stop(request, token_id)
             if reason is not None:
                 self.finish_request(request.request_id, reason, stop_reason, now)
                 finished.append(request)

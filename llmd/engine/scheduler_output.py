@@ -8,7 +8,7 @@ not seen yet (`NewRequestData`), per scheduled request its tokens and new blocks
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llmd.sampling_params import SamplingParams
 
@@ -64,6 +64,19 @@ class ScheduledChunk:
         return self.num_new_tokens == 1 and self.is_sampling
 
 
+@dataclass(frozen=True, slots=True)
+class GrammarBitmask:
+    """Allowed next tokens of a step's constrained requests (structured outputs)."""
+
+    request_ids: list[str]
+    """The constrained sampling requests, one mask row each."""
+    bitmask: Any
+    """numpy int32 [len(request_ids), ceil(vocab / 32)]: bit t % 32 of word t // 32 is set
+    when token t is allowed."""
+    fill_s: float = 0.0
+    """Host time spent filling the masks, seconds (a slice of the step in metrics)."""
+
+
 @dataclass
 class SchedulerOutput:
     """Everything the runner must compute in one step; decodes come before prefills.
@@ -83,6 +96,8 @@ class SchedulerOutput:
     """Requests that ended since the previous plan: the runner frees all their state."""
     num_waiting: int = 0
     num_running: int = 0
+    grammar_bitmask: GrammarBitmask | None = None
+    """Token masks of the constrained rows, filled by the engine just before launch."""
 
     @property
     def num_batched_tokens(self) -> int:

@@ -6,6 +6,7 @@ errors, a merged set of EOS ids, decode without clean-up) instead of transformer
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -54,6 +55,18 @@ class Tokenizer:
             skip_special_tokens=skip_special_tokens,
             clean_up_tokenization_spaces=False,
         )
+
+    def to_json(self) -> str:
+        """The fast tokenizer's own JSON (tokenizer.json, added tokens included), without
+        padding or truncation: what a grammar backend needs to map text onto token ids."""
+        if self._backend is None:
+            raise InvalidParameterError(
+                f"tokenizer {self.name!r} is not a fast tokenizer", "structured_outputs"
+            )
+        backend = copy.copy(self._backend)
+        backend.no_padding()
+        backend.no_truncation()
+        return backend.to_str()
 
     def convert_ids_to_tokens(self, token_ids: list[int]) -> list[str]:
         """The vocabulary strings of `token_ids` (for showing logprob alternatives)."""

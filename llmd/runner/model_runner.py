@@ -49,6 +49,7 @@ from llmd.runner.step_batch import (
     build_step_sampling_batch,
     fill_decode_buffers,
 )
+from llmd.runner.token_bitmask import allowed_tokens_for
 from llmd.sampling_params import MAX_LOGPROBS, SamplingParams
 
 __all__ = ["ModelRunner", "RunnerOutput"]
@@ -292,6 +293,11 @@ class ModelRunner:
             sampling_batch = build_step_sampling_batch(
                 sampling_chunks, self.persistent_batch, self.sampling_state
             )
+            if plan.grammar_bitmask is not None:
+                row_of = {chunk.request_id: i for i, chunk in enumerate(sampling_chunks)}
+                sampling_batch.allowed_tokens = allowed_tokens_for(
+                    plan.grammar_bitmask, row_of, self.device
+                )
             prepared = time.perf_counter()
             if events is not None:
                 # Recorded after the host's preparation, not before: a device that waited

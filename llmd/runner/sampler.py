@@ -8,6 +8,7 @@ generator seeded by (seed, output index) and stays the same in any batch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +20,7 @@ from llmd.runner.sampling_batch import (
     SamplingBatch,
     build_sampling_batch,
 )
+from llmd.runner.token_bitmask import apply_allowed_tokens
 
 __all__ = [
     "SampleRow",
@@ -37,7 +39,8 @@ class SamplerOutput:
     """The sampled token of each row and, for rows that asked, its logprobs.
 
     Logprobs are raw: log_softmax of the model's logits before penalties, temperature and
-    truncation (vLLM's default), so values are comparable across sampling settings.
+    truncation (vLLM's default), so values are comparable across sampling settings; a
+    grammar mask (structured outputs) comes first, so they are the constrained ones.
     """
 
     token_ids: list[int]
@@ -74,6 +77,8 @@ class Sampler:
         if batch.is_argmax_only:
             return DeviceSample(logits.argmax(dim=-1), None)
         logits = logits.float()
+        if batch.allowed_tokens is not None:  # first: logprobs are the constrained ones
+            logits = apply_allowed_tokens(logits, batch.allowed_tokens)
         raw_logprobs = None
         if batch.max_num_logprobs is not None:
             raw_logprobs = torch.log_softmax(logits, dim=-1)  # [num_rows, vocab]
@@ -254,13 +259,16 @@ def unpack_logprobs(
         if num is None:
             results.append(None)
             continue
+        top_ids, top_values = row[3 : 3 + num], row[3 + max_n : 3 + max_n + num]
+        # A grammar mask leaves fewer tokens possible than asked for: the rest (-inf) go.
+        num_possible = sum(1 for value in top_values if value != -math.inf)
         results.append(
             TokenLogprob(
                 token_id=token_id,
                 logprob=row[1],
                 rank=int(row[2]),
-                top_token_ids=tuple(int(i) for i in row[3 : 3 + num]),
-                top_logprobs=tuple(row[3 + max_n : 3 + max_n + num]),
+                top_token_ids=tuple(int(i) for i in top_ids[:num_possible]),
+                top_logprobs=tuple(top_values[:num_possible]),
             )
         )
     return token_id_list, results

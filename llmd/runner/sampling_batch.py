@@ -17,6 +17,7 @@ from llmd.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from llmd.runner.sampling_state import SamplingState
+    from llmd.runner.token_bitmask import AllowedTokens
 
 GREEDY_TEMPERATURE = 1e-5
 """Temperatures below this are treated as 0 (greedy): dividing by them overflows float32."""
@@ -94,6 +95,8 @@ class SamplingBatch:
     """Per row: how many top alternatives to return, or None for no logprobs."""
     max_num_logprobs: int | None
     """Largest requested top-N, or None when no row asks for logprobs."""
+    allowed_tokens: AllowedTokens | None = None
+    """Grammar masks of the constrained rows (structured outputs); None: no row has one."""
 
     @property
     def all_greedy(self) -> bool:
@@ -113,6 +116,7 @@ class SamplingBatch:
             and self.penalties is None
             and self.suppressed_rows is None
             and self.max_num_logprobs is None
+            and self.allowed_tokens is None
         )
 
 

@@ -55,5 +55,7 @@ def check_grammar(spec: StructuredOutputs) -> str:
     message = llguidance.LLMatcher.validate_grammar(source)
     if message:
         kind = spec.kind
-        raise InvalidParameterError(f"is invalid or not supported: {message.strip()}", f"{FIELD}.{kind}")
+        raise InvalidParameterError(
+            f"is invalid or not supported: {message.strip()}", f"{FIELD}.{kind}"
+        )
     return source

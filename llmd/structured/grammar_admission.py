@@ -1,0 +1,94 @@
+"""The engine's structured-output front door: compile, hold, admit or fail, and mask.
+
+It keeps the one rule of constrained requests in one place: a request enters the
+scheduler only with a matcher, and every step that samples it carries its mask. The
+engine calls it at three points: on arrival, at the top of each step, before launch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from llmd.engine.request import FinishReason, Request
+from llmd.engine.scheduler import Scheduler
+from llmd.engine.scheduler_output import SchedulerOutput
+from llmd.engine.step_result import RequestUpdate
+from llmd.structured.compiling_requests import CompilingRequests
+from llmd.structured.grammar_compiler import GrammarCompiler
+from llmd.structured.step_bitmask import build_step_bitmask
+
+logger = logging.getLogger(__name__)
+
+GRAMMAR_COMPILE_TIMEOUT_S = 30.0
+"""A constraint whose grammar takes longer than this to compile fails its request."""
+IDLE_WAIT_S = 0.01
+"""With only compiles pending, a step waits this long for one (then the loop reads input)."""
+
+
+class GrammarAdmission:
+    """Compiles constrained requests' grammars and admits them when ready."""
+
+    def __init__(self, make_tokenizer: Callable[[], Any], vocab_size: int) -> None:
+        self.compiler = GrammarCompiler(make_tokenizer)
+        self.compiling = CompilingRequests(GRAMMAR_COMPILE_TIMEOUT_S)
+        self.vocab_size = vocab_size
+        self.num_requests = 0
+        """Constrained requests received."""
+        self.compile_times_s: list[float] = []
+        """Compile times of grammars compiled since the last `take_compile_times`."""
+
+    def add(self, request: Request, scheduler: Scheduler, now: float) -> None:
+        """Admit `request` at once if its grammar is compiled, else hold it until it is."""
+        spec = request.sampling_params.structured_outputs
+        assert spec is not None  # the engine checks
+        self.num_requests += 1
+        future = self.compiler.submit(spec)
+        if future.done() and future.exception() is None:
+            request.grammar = future.result().new_matcher()
+            scheduler.add_request(request, now)
+        else:
+            self.compiling.add(request, future, now)
+
+    def admit_ready(self, scheduler: Scheduler, now: float) -> list[RequestUpdate]:
+        """Move compiled requests into the scheduler; end the failed ones (their updates)."""
+        if not len(self.compiling):
+            return []
+        ready, failed = self.compiling.take_done(now)
+        for request, compiled in ready:
+            self.compile_times_s.append(compiled.compile_s)
+            request.grammar = compiled.new_matcher()
+            scheduler.add_request(request, now)
+        updates = []
+        for request, error in failed:
+            logger.info("request %s: grammar failed: %s", request.request_id, error)
+            request.finish(FinishReason.ERROR, now)
+            request.error_message = f"{type(error).__name__}: {error}"
+            updates.append(RequestUpdate(request, []))
+        return updates
+
+    def abort(self, request_id: str) -> Request | None:
+        """End a request still waiting for its grammar (None if it is not here)."""
+        request = self.compiling.remove(request_id)
+        if request is not None:
+            request.finish(FinishReason.ABORT, time.monotonic())
+        return request
+
+    def attach_masks(self, plan: SchedulerOutput) -> None:
+        """Fill the plan's grammar masks from its requests' matchers (just before launch)."""
+        plan.grammar_bitmask = build_step_bitmask(plan, self.vocab_size)
+
+    def wait_if_idle(self) -> None:
+        """Nothing to run but compiles: wait briefly for one instead of spinning."""
+        self.compiling.wait(IDLE_WAIT_S)
+
+    def take_compile_times(self) -> list[float]:
+        """Compile times since the last call (for the metrics histogram)."""
+        times, self.compile_times_s = self.compile_times_s, []
+        return times
+
+    def close(self) -> None:
+        """Stop the compile pool."""
+        self.compiler.close()
