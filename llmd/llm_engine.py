@@ -171,6 +171,11 @@ class LLMEngine:
             arrival_time=arrival_time,
             label=label,
         )
+        if self.grammars is not None and request.request_id in self.grammars.compiling:
+            # The scheduler checks its own ids; one compiling is not among them yet.
+            raise InvalidParameterError(
+                f"request id {request.request_id!r} is already in use", "request_id"
+            )
         if params.structured_outputs is None:
             self.scheduler.add_request(request)
         else:
@@ -185,9 +190,7 @@ class LLMEngine:
                 "(skip_tokenizer_init)",
                 "structured_outputs",
             )
-        if request.request_id in self.scheduler.requests or (
-            self.grammars is not None and request.request_id in self.grammars.compiling
-        ):
+        if request.request_id in self.scheduler.requests:
             raise InvalidParameterError(
                 f"request id {request.request_id!r} is already in use", "request_id"
             )
@@ -297,7 +300,7 @@ class LLMEngine:
             return StepResult([], None)
         updates: list[RequestUpdate] = []
         stats = None
-        if previous is not None and _samples_constrained(plan):
+        if previous is not None and self.grammars is not None and _samples_constrained(plan):
             # A grammar mask needs the token in flight: apply it first (no overlap here).
             try:
                 output = previous.pending.resolve()

@@ -8,7 +8,6 @@ engine admits it to the scheduler (or fails it with the compile's error) between
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -81,6 +80,3 @@ class CompilingRequests:
 
     def __len__(self) -> int:
         return len(self._waiting)
-
-    def __iter__(self) -> Iterator[Request]:
-        return iter([waiting.request for waiting in self._waiting.values()])

@@ -37,8 +37,6 @@ class GrammarAdmission:
         self.vocab_size = vocab_size
         self.num_requests = 0
         """Constrained requests received."""
-        self.compile_times_s: list[float] = []
-        """Compile times of grammars compiled since the last `take_compile_times`."""
 
     def add(self, request: Request, scheduler: Scheduler, now: float) -> None:
         """Admit `request` at once if its grammar is compiled, else hold it until it is."""
@@ -58,7 +56,6 @@ class GrammarAdmission:
             return []
         ready, failed = self.compiling.take_done(now)
         for request, compiled in ready:
-            self.compile_times_s.append(compiled.compile_s)
             request.grammar = compiled.new_matcher()
             scheduler.add_request(request, now)
         updates = []
@@ -83,11 +80,6 @@ class GrammarAdmission:
     def wait_if_idle(self) -> None:
         """Nothing to run but compiles: wait briefly for one instead of spinning."""
         self.compiling.wait(IDLE_WAIT_S)
-
-    def take_compile_times(self) -> list[float]:
-        """Compile times since the last call (for the metrics histogram)."""
-        times, self.compile_times_s = self.compile_times_s, []
-        return times
 
     def close(self) -> None:
         """Stop the compile pool."""

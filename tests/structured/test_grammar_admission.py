@@ -104,6 +104,8 @@ def test_a_duplicate_id_is_refused_while_the_first_compiles(engine):
         engine.add_request([5], _constrained({"regex": "[p-r]{3}"}), request_id="twice")
         with pytest.raises(ValueError, match="already in use"):
             engine.add_request([5], _constrained({"regex": "[p-r]{3}"}), request_id="twice")
+        with pytest.raises(ValueError, match="already in use"):  # unconstrained, same id
+            engine.add_request([5], SamplingParams(max_tokens=2), request_id="twice")
     finally:
         engine.grammars.compiler.compile_delay_s = 0.0
     _run_all(engine)
