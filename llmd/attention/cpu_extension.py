@@ -26,7 +26,10 @@ logger = logging.getLogger(__name__)
 SOURCE_PATH = Path(__file__).parent / "csrc" / "paged_attention.cpp"
 LAYER_OPS_PATH = Path(__file__).parent.parent / "layers" / "csrc" / "cpu_layer_ops.cpp"
 SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH)
-HEADER_PATHS = (Path(__file__).parent / "csrc" / "vec_math.h",)
+HEADER_PATHS = tuple(
+    Path(__file__).parent / "csrc" / name
+    for name in ("vec_math.h", "work_items.h", "amx_attention.h")
+)
 """Headers the sources include: part of the build key, not compiled on their own."""
 COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp")
 """-march=native: the host's vector ISA (AVX2, AVX-512); -fopenmp: at::parallel_for runs on
@@ -60,11 +63,11 @@ def build_key() -> str:
         digest.update(path.read_bytes())
     digest.update(" ".join(COMPILE_FLAGS + LINK_FLAGS).encode())
     digest.update(torch.__version__.encode())
-    digest.update(_cpu_flags().encode())
+    digest.update(cpu_flags().encode())
     return digest.hexdigest()[:16]
 
 
-def _cpu_flags() -> str:
+def cpu_flags() -> str:
     """The CPU's feature flags line (Linux); -march=native builds are only valid for it."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
