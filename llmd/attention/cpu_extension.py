@@ -1,6 +1,7 @@
 """Builds and loads llmd's C++ CPU ops, once per source, compiler flags and CPU.
 
-One extension holds the paged-attention op and the fused layer ops (RMSNorm, rotary).
+One extension holds the paged-attention op, the fused layer ops (RMSNorm, rotary, SiLU-and-mul)
+and the greedy sampler's row argmax.
 
 The op is compiled on first use with torch's cpp_extension (gcc, ninja) for the host's
 instruction set and cached in a per-user directory keyed by a hash of everything that
@@ -25,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 SOURCE_PATH = Path(__file__).parent / "csrc" / "paged_attention.cpp"
 LAYER_OPS_PATH = Path(__file__).parent.parent / "layers" / "csrc" / "cpu_layer_ops.cpp"
-SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH)
+ROW_ARGMAX_PATH = Path(__file__).parent.parent / "runner" / "csrc" / "row_argmax.cpp"
+SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH, ROW_ARGMAX_PATH)
 HEADER_PATHS = tuple(
     Path(__file__).parent / "csrc" / name
     for name in ("vec_math.h", "work_items.h", "amx_attention.h")
