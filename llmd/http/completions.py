@@ -56,3 +56,6 @@ class CompletionWording:
 
     def closing(self, index: int) -> dict[str, object]:
         return {"index": index, "text": "", "logprobs": None}
+
+    def finish_reason(self, index: int, reason: str) -> str:
+        return reason

@@ -44,11 +44,14 @@ class ChoiceWording(Protocol):
     def opening(self, index: int) -> dict[str, object] | None:
         """A chunk to send once the daemon accepted the choice's request, or None."""
 
-    def delta(self, index: int, event: TokenDelta) -> dict[str, object]:
-        """The chunk carrying new output."""
+    def delta(self, index: int, event: TokenDelta) -> dict[str, object] | None:
+        """The chunk carrying new output, or None when there is none to send yet."""
 
     def closing(self, index: int) -> dict[str, object]:
         """The last chunk of a choice, before its finish reason is added."""
+
+    def finish_reason(self, index: int, reason: str) -> str:
+        """The choice's finish reason, given the daemon's (`stop` or `length`)."""
 
 
 async def read_body(request: Request, body_class: type[BodyT]) -> tuple[BodyT, ServedModel]:
@@ -86,7 +89,9 @@ async def answer(
     choices = []
     for index, completion in enumerate(completions):
         choice = wording.whole(index, completion)
-        choice["finish_reason"] = finish_reason(completion.finish_reason)
+        choice["finish_reason"] = wording.finish_reason(
+            index, finish_reason(completion.finish_reason)
+        )
         if body.return_timings:
             choice["timings"] = completion_timings(completion)
         choices.append(choice)
@@ -115,11 +120,14 @@ async def _chunks(
                 choice["finish_reason"] = None
         elif isinstance(event, TokenDelta):
             choice = wording.delta(index, event)
-            choice["finish_reason"] = None
+            if choice is not None:
+                choice["finish_reason"] = None
         elif isinstance(event, Finished):
             usages[index] = event.usage
             choice = wording.closing(index)
-            choice["finish_reason"] = finish_reason(event.finish_reason)
+            choice["finish_reason"] = wording.finish_reason(
+                index, finish_reason(event.finish_reason)
+            )
             if wants_timings:
                 choice["timings"] = finished_timings(request_ids.get(index), event)
         if choice is not None:

@@ -55,7 +55,7 @@ class GenerateRequest(ClientRequest):
     TYPE = "generate"
     prompt: str | None = None
     prompt_token_ids: list[int] | None = None
-    messages: list[dict[str, str]] | None = None
+    messages: list[dict[str, object]] | None = None
     sampling_params: dict[str, object] = field(default_factory=dict)
     stream: bool = True
     priority: int = 0
@@ -64,11 +64,22 @@ class GenerateRequest(ClientRequest):
     label: str | None = None
     """The client's name for the request (an HTTP X-Request-Id): in the daemon's log lines
     about it and in `llmd top`."""
+    tools: list[dict[str, object]] | None = None
+    """Function tools (OpenAI's shape) the chat template lists for `messages`; left off the
+    wire when None, so a daemon that predates tools still reads every other request."""
+
+    def to_wire(self) -> dict[str, object]:
+        data = super().to_wire()
+        if self.tools is None:
+            del data["tools"]
+        return data
 
     def validate(self) -> None:
         super().validate()
         if self.label is not None:
             check_label(self.label)
+        if self.tools is not None and self.messages is None:
+            raise InvalidParameterError("tools need chat messages", "tools")
         num_inputs = sum(
             value is not None for value in (self.prompt, self.prompt_token_ids, self.messages)
         )

@@ -144,7 +144,7 @@ class CallObjectParser:
 
     def _is_streamed_arguments(self) -> bool:
         """Arguments written as JSON (not as a quoted string) stream as they come."""
-        return self._key in self.argument_keys and not self._value_chars[:1] == ['"']
+        return self._key in self.argument_keys and self._value_chars[:1] != ['"']
 
     def _on_value_char(self, char: str) -> None:
         self._value_chars.append(char)

@@ -29,10 +29,10 @@ def chat_prompt_text(
     if not tools and not has_tool_turns:
         return render(messages, None)
     native = _try_render(render, messages, tools or None)
-    if native is not None and _shows_tool_turns(native, messages):
-        if not tools or native != _try_render(render, messages, None):
-            return native
-    return render(plain_messages(messages, tools, parser_name), None)
+    is_ignored = native is None or not _shows_tool_turns(native, messages)
+    if native is None or is_ignored or (tools and native == _try_render(render, messages, None)):
+        return render(plain_messages(messages, tools, parser_name), None)
+    return native
 
 
 def _try_render(

@@ -2,7 +2,7 @@
 
 Each model family frames its calls differently (tags, bare JSON, a forced array), but all
 share the content rules written here: whitespace at the end of what was read is held back
-until more text follows, and dropped when the reply turns out to hold calls; so a whole
+until more text follows, and dropped when a call or the end follows a call; so a whole
 reply and any split of it into deltas give the same content and calls.
 """
 
@@ -77,6 +77,7 @@ class ReplyParser(ABC):
         raw = call.close(self._out)
         if raw is None:
             self.num_sent_calls += 1
+            self._pending_space = ""  # the blanks before a call are not content
         else:
             self.num_calls = call.index  # a failed call gives its index back
         return raw

@@ -28,7 +28,9 @@ class ToolChoice:
         return self.mode in ("required", "named")
 
 
-def parse_tool_choice(raw: Any, tool_names: tuple[str, ...], field: str = "tool_choice") -> ToolChoice:
+def parse_tool_choice(
+    raw: Any, tool_names: tuple[str, ...], field: str = "tool_choice"
+) -> ToolChoice:
     """The choice from `tool_choice` (None: auto), checked against the offered tool names."""
     if raw is None:
         return ToolChoice("auto")
@@ -48,7 +50,8 @@ def parse_tool_choice(raw: Any, tool_names: tuple[str, ...], field: str = "tool_
         f"only 'function' is supported, got {choice_type!r}",
     )
     function = raw.get("function")
-    require(isinstance(function, dict), f"{field}.function", "must be a map with a name")
+    if not isinstance(function, dict):
+        raise InvalidParameterError("must be a map with a name", f"{field}.function")
     name = function.get("name")
     require(isinstance(name, str), f"{field}.function.name", "must be a string")
     require(
