@@ -66,7 +66,7 @@ def test_a_template_that_knows_tools_renders_them_itself():
     text = chat_prompt_text(_jinja_render(TOOLS_TEMPLATE), HISTORY, TOOLS, "hermes")
     assert text.startswith("TOOLS:") and '"get_weather"' in text
     assert '<call get_weather {"city": "Oslo"}>' in text
-    assert "tool: {\"temp\": -3}" in text and "<tool_response>" not in text
+    assert 'tool: {"temp": -3}' in text and "<tool_response>" not in text
 
 
 def test_a_template_that_ignores_tools_gets_them_as_a_system_prompt():
@@ -74,9 +74,11 @@ def test_a_template_that_ignores_tools_gets_them_as_a_system_prompt():
     system = text.split("\nuser: ")[0]
     assert system.startswith("system: Be brief.\n\n") and "<tools>" in system
     assert json.dumps(TOOLS[0]) in system and "<tool_call>" in system
-    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>' in text
+    call = '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+    assert f"<tool_call>\n{call}\n</tool_call>" in text
     # both results in one user turn, the tool role gone
-    assert 'user: <tool_response>\n{"temp": -3}\n</tool_response>\n<tool_response>\n{"wind": 7}' in text
+    results = '<tool_response>\n{"temp": -3}\n</tool_response>\n<tool_response>\n{"wind": 7}'
+    assert f"user: {results}" in text
     assert "\ntool: " not in text
 
 

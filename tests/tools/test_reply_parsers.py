@@ -15,11 +15,12 @@ from llmd.tools.hermes_parser import HermesParser
 from llmd.tools.llama3_parser import Llama3Parser
 from llmd.tools.reply_delta import ContentDelta, ToolCallDelta, assemble
 
-WEATHER_ARGS = {"city": "Paris", "days": [1, {"brace": "}]\\\"{"}], "ok": True, "n": -1.5e3}
+WEATHER_ARGS = {"city": "Paris", "days": [1, {"brace": '}]\\"{'}], "ok": True, "n": -1.5e3}
 
 HERMES_TWO_CALLS = (
     "Let me look that up.\n"
-    f'<tool_call>\n{{"name": "get_weather", "arguments": {json.dumps(WEATHER_ARGS)}}}\n</tool_call>\n'
+    f'<tool_call>\n{{"name": "get_weather", "arguments": {json.dumps(WEATHER_ARGS)}}}'
+    "\n</tool_call>\n"
     '<tool_call>\n{"arguments": {}, "name": "get_time"}\n</tool_call>'
 )
 LLAMA3_TWO_CALLS = (
