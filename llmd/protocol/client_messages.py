@@ -34,6 +34,21 @@ def check_max_requests(value: int) -> None:
     require(0 <= value <= MAX_TABLE_ROWS, "max_requests", f"must be in [0, {MAX_TABLE_ROWS}]")
 
 
+def check_messages(messages: list[dict[str, object]]) -> None:
+    """Chat messages map names to strings, but for an assistant's `tool_calls` (maps)."""
+    for index, message in enumerate(messages):
+        for key, value in message.items():
+            if key == "tool_calls":
+                is_valid = isinstance(value, list) and all(isinstance(c, dict) for c in value)
+                require(is_valid, "messages", f"message {index}: tool_calls must be a list of maps")
+            else:
+                require(
+                    isinstance(value, str),
+                    "messages",
+                    f"message {index}: {key!r} must be a string",
+                )
+
+
 @dataclass(frozen=True)
 class ClientRequest(WireMessage):
     """What every message to the daemon carries: the client's id, echoed in each reply.
@@ -80,6 +95,8 @@ class GenerateRequest(ClientRequest):
             check_label(self.label)
         if self.tools is not None and self.messages is None:
             raise InvalidParameterError("tools need chat messages", "tools")
+        if self.messages is not None:
+            check_messages(self.messages)
         num_inputs = sum(
             value is not None for value in (self.prompt, self.prompt_token_ids, self.messages)
         )
