@@ -14,8 +14,8 @@ from llmd.tools.reply_parser import ReplyParser
 class CallArrayParser(ReplyParser):
     """`[{"name": ..., "arguments": {...}}, ...]`: each object one call."""
 
-    def __init__(self, is_streaming: bool = True) -> None:
-        super().__init__(is_streaming)
+    def __init__(self, is_streaming: bool = True, tool_names: frozenset[str] | None = None) -> None:
+        super().__init__(is_streaming, tool_names)
         self._is_open = False
         self._is_closed = False
         self._call: PendingCall | None = None

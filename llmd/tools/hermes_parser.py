@@ -20,13 +20,16 @@ class _Where(Enum):
     CALL = auto()
     AFTER_CALL = auto()
     """The object closed: whitespace, then the closing tag (anything else is content)."""
+    SKIP_CALL = auto()
+    """A streamed call broke after its header went out: its rest, to the closing tag, is
+    dropped (the tag text never reaches the content)."""
 
 
 class HermesParser(ReplyParser):
     """Content, and calls in `<tool_call>` tags."""
 
-    def __init__(self, is_streaming: bool = True) -> None:
-        super().__init__(is_streaming)
+    def __init__(self, is_streaming: bool = True, tool_names: frozenset[str] | None = None) -> None:
+        super().__init__(is_streaming, tool_names)
         self._where = _Where.TEXT
         self._buffer = ""
         self._call: PendingCall | None = None
@@ -39,6 +42,9 @@ class HermesParser(ReplyParser):
                     return
             elif self._where is _Where.CALL:
                 self._read_call()
+            elif self._where is _Where.SKIP_CALL:
+                if not self._skip_call():
+                    return
             elif not self._read_after_call():
                 return
 
@@ -68,7 +74,7 @@ class HermesParser(ReplyParser):
         self._call = None
         raw = self._close_call(call)
         if raw is None:
-            self._where = _Where.AFTER_CALL
+            self._where = _Where.SKIP_CALL if call.parser.is_failed else _Where.AFTER_CALL
             return
         self._content(OPEN_TAG + raw)  # not a call after all: the text as it was written
         self._where = _Where.TEXT
@@ -87,6 +93,16 @@ class HermesParser(ReplyParser):
             return False
         self._where = _Where.TEXT  # no closing tag: what follows is content
         self._buffer = stripped
+        return True
+
+    def _skip_call(self) -> bool:
+        position = self._buffer.find(CLOSE_TAG)
+        if position < 0:
+            keep = _partial_tag_length(self._buffer, CLOSE_TAG)
+            self._buffer = self._buffer[len(self._buffer) - keep :]
+            return False
+        self._buffer = self._buffer[position + len(CLOSE_TAG) :]
+        self._where = _Where.TEXT
         return True
 
     def _finish(self) -> None:

@@ -29,8 +29,8 @@ class Llama3Parser(ReplyParser):
 
     ARGUMENT_KEYS = ("parameters", "arguments")
 
-    def __init__(self, is_streaming: bool = True) -> None:
-        super().__init__(is_streaming)
+    def __init__(self, is_streaming: bool = True, tool_names: frozenset[str] | None = None) -> None:
+        super().__init__(is_streaming, tool_names)
         self._where = _Where.START
         self._buffer = ""
         self._call: PendingCall | None = None

@@ -38,10 +38,15 @@ def resolve_parser_name(option: str, chat_template: str | None) -> str:
     return DEFAULT_PARSER
 
 
-def new_reply_parser(parser_name: str, choice: ToolChoice, is_streaming: bool) -> ReplyParser:
+def new_reply_parser(
+    parser_name: str,
+    choice: ToolChoice,
+    is_streaming: bool,
+    tool_names: frozenset[str] | None = None,
+) -> ReplyParser:
     """The parser of one reply: the forced formats when the grammar forced a call."""
     if choice.mode == "named" and choice.name is not None:
         return NamedCallParser(choice.name, is_streaming)
     if choice.mode == "required":
-        return CallArrayParser(is_streaming)
-    return PARSERS[parser_name](is_streaming)
+        return CallArrayParser(is_streaming, tool_names)
+    return PARSERS[parser_name](is_streaming, tool_names)

@@ -16,9 +16,16 @@ from llmd.tools.reply_delta import ReplyDelta, ToolCallDelta, new_call_id
 class PendingCall:
     """Call number `index` of a reply, fed the text after its opening (tag or bracket)."""
 
-    def __init__(self, index: int, argument_keys: tuple[str, ...], is_streaming: bool) -> None:
+    def __init__(
+        self,
+        index: int,
+        argument_keys: tuple[str, ...],
+        is_streaming: bool,
+        tool_names: frozenset[str] | None = None,
+    ) -> None:
         self.index = index
         self.is_streaming = is_streaming
+        self.tool_names = tool_names
         self.id = new_call_id()
         self.parser = CallObjectParser(argument_keys)
         self.raw_chars: list[str] = []
@@ -38,7 +45,7 @@ class PendingCall:
         fragment = self.parser.take_fragments()
         if fragment:
             self.arguments.append(fragment)
-        if self.is_streaming and not self.parser.is_failed:
+        if self.is_streaming and self.is_offered:  # once the name is read, the call is committed
             if not self.is_header_sent and self.parser.name is not None:
                 self.is_header_sent = True
                 out.append(
@@ -47,6 +54,12 @@ class PendingCall:
             elif self.is_header_sent and fragment:
                 out.append(ToolCallDelta(self.index, fragment))
         return num_read
+
+    @property
+    def is_offered(self) -> bool:
+        """False once the name is read and is not one of the tools offered."""
+        name = self.parser.name
+        return name is None or self.tool_names is None or name in self.tool_names
 
     def close(self, out: list[ReplyDelta]) -> str | None:
         """End the call (complete, failed or cut off); None, or the raw text to show as content.
@@ -61,7 +74,7 @@ class PendingCall:
                 return None
             return "".join(self.raw_chars)
         arguments = "".join(self.arguments) if self.parser.has_arguments else "{}"
-        if not self.parser.is_done or not _is_json_object(arguments):
+        if not self.parser.is_done or not self.is_offered or not _is_json_object(arguments):
             return "".join(self.raw_chars)
         out.append(ToolCallDelta(self.index, arguments, self.id, self.parser.name))
         return None

@@ -20,8 +20,11 @@ class ReplyParser(ABC):
     ARGUMENT_KEYS: tuple[str, ...] = ("arguments",)
     """The keys a call object's arguments may come under."""
 
-    def __init__(self, is_streaming: bool = True) -> None:
+    def __init__(self, is_streaming: bool = True, tool_names: frozenset[str] | None = None) -> None:
         self.is_streaming = is_streaming
+        self.tool_names = tool_names
+        """The functions a call may name (None: any); a call to another one is content, so
+        a JSON reply that merely has a "name" key is not taken for a call."""
         self.num_calls = 0
         """Calls begun so far (the next call's index)."""
         self.num_sent_calls = 0
@@ -65,7 +68,7 @@ class ReplyParser(ABC):
         self._pending_space = text[len(stripped) :]
 
     def _new_call(self) -> PendingCall:
-        call = PendingCall(self.num_calls, self.ARGUMENT_KEYS, self.is_streaming)
+        call = PendingCall(self.num_calls, self.ARGUMENT_KEYS, self.is_streaming, self.tool_names)
         self.num_calls += 1
         return call
 

@@ -77,7 +77,8 @@ class ToolPlan:
 
     def new_parser(self, is_streaming: bool) -> ReplyParser:
         """A parser for one reply (one per choice)."""
-        return new_reply_parser(self.parser_name, self.choice, is_streaming)
+        names = frozenset(tool.name for tool in self.tools)
+        return new_reply_parser(self.parser_name, self.choice, is_streaming, names)
 
 
 def _call_schema(tool: ToolDefinition) -> dict[str, Any]:

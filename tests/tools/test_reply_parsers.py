@@ -117,6 +117,16 @@ def test_malformed_hermes_calls_fall_back_to_content(text):
     assert reply.content == text
 
 
+def test_a_streamed_call_that_breaks_after_its_name_leaks_no_tag_text():
+    text = 'A <tool_call>{"name": "f", "arguments": {"a": 1} oops }</tool_call> B'
+    for cut in range(len(text) + 1):
+        reply = assemble(_streamed(HermesParser(), [text[:cut], text[cut:]]))
+        assert reply.content == "A B", cut
+        assert [(c.name, c.arguments) for c in reply.tool_calls] == [("f", '{"a": 1}')], cut
+    whole = HermesParser(is_streaming=False).parse(text)
+    assert (whole.content, whole.tool_calls) == (text, ())  # whole: not a call, so content
+
+
 def test_malformed_llama3_json_is_content():
     for text in ('{"answer": 42}', '{"name": "f", "parameters": [1, }', '{"name": 3}'):
         reply = Llama3Parser(is_streaming=False).parse(text)
@@ -162,3 +172,21 @@ def test_call_ids_are_unique_across_parsers():
         for call in HermesParser(is_streaming=False).parse(HERMES_TWO_CALLS).tool_calls
     }
     assert len(ids) == 100
+
+
+@pytest.mark.parametrize(
+    ("parser_class", "text"),
+    [
+        (Llama3Parser, '{"name": "Bob", "age": 3}'),  # a JSON answer, not a call
+        (HermesParser, 'x <tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>'),
+    ],
+)
+def test_a_call_to_a_tool_not_offered_is_content(parser_class, text):
+    names = frozenset({"get_weather"})
+    whole = parser_class(is_streaming=False, tool_names=names).parse(text)
+    assert (whole.content, whole.tool_calls) == (text, ())
+    for cut in range(len(text) + 1):
+        streamed = assemble(_streamed(parser_class(tool_names=names), [text[:cut], text[cut:]]))
+        assert (streamed.content, streamed.tool_calls) == (text, ()), cut
+    offered = parser_class(is_streaming=False, tool_names=frozenset({"Bob", "rm_rf"}))
+    assert len(offered.parse(text).tool_calls) == 1
