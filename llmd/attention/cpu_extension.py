@@ -1,6 +1,7 @@
 """Builds and loads llmd's C++ CPU ops, once per source, compiler flags and CPU.
 
-One extension holds the paged-attention op and the fused layer ops (RMSNorm, rotary).
+One extension holds the paged-attention op, the fused layer ops (RMSNorm, rotary, SiLU-and-mul)
+and the greedy sampler's row argmax.
 
 The op is compiled on first use with torch's cpp_extension (gcc, ninja) for the host's
 instruction set and cached in a per-user directory keyed by a hash of everything that
@@ -25,8 +26,12 @@ logger = logging.getLogger(__name__)
 
 SOURCE_PATH = Path(__file__).parent / "csrc" / "paged_attention.cpp"
 LAYER_OPS_PATH = Path(__file__).parent.parent / "layers" / "csrc" / "cpu_layer_ops.cpp"
-SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH)
-HEADER_PATHS = (Path(__file__).parent / "csrc" / "vec_math.h",)
+ROW_ARGMAX_PATH = Path(__file__).parent.parent / "runner" / "csrc" / "row_argmax.cpp"
+SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH, ROW_ARGMAX_PATH)
+HEADER_PATHS = tuple(
+    Path(__file__).parent / "csrc" / name
+    for name in ("vec_math.h", "work_items.h", "amx_attention.h")
+)
 """Headers the sources include: part of the build key, not compiled on their own."""
 COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp")
 """-march=native: the host's vector ISA (AVX2, AVX-512); -fopenmp: at::parallel_for runs on
@@ -60,11 +65,11 @@ def build_key() -> str:
         digest.update(path.read_bytes())
     digest.update(" ".join(COMPILE_FLAGS + LINK_FLAGS).encode())
     digest.update(torch.__version__.encode())
-    digest.update(_cpu_flags().encode())
+    digest.update(cpu_flags().encode())
     return digest.hexdigest()[:16]
 
 
-def _cpu_flags() -> str:
+def cpu_flags() -> str:
     """The CPU's feature flags line (Linux); -march=native builds are only valid for it."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -42,6 +42,7 @@ from llmd.runner.pending_step import PendingStep, RunnerOutput, StepEvents
 from llmd.runner.pending_tokens import PendingTokens
 from llmd.runner.persistent_batch import PersistentBatch
 from llmd.runner.profile_batch import dummy_prefill_batch
+from llmd.runner.row_argmax import make_row_argmax
 from llmd.runner.sampler import Sampler, SampleRow, SamplingBatch, build_sampling_batch
 from llmd.runner.sampling_state import SamplingState
 from llmd.runner.step_batch import (
@@ -122,7 +123,7 @@ class ModelRunner:
                 self.num_blocks, self.block_size, self.shape.num_kv_heads, self.shape.head_dim
             ),
         )
-        self.sampler = Sampler(config.seed)
+        self.sampler = Sampler(config.seed, make_row_argmax(self.kernel_config.use_cpu_ops))
         self.sampling_state = SamplingState(self.shape.vocab_size, self.device)
         self.max_blocks_per_seq = -(-self.max_model_len // self.block_size)
         self.persistent_batch = PersistentBatch(

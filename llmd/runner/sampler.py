@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from llmd.outputs import TokenLogprob
+from llmd.runner.row_argmax import RowArgmax, torch_row_argmax
 from llmd.runner.sampling_batch import (
     PenaltyTensors,
     SampleRow,
@@ -64,8 +65,10 @@ class DeviceSample:
 class Sampler:
     """Samples one token per row from float32 logits according to a `SamplingBatch`."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, row_argmax: RowArgmax = torch_row_argmax) -> None:
+        """`row_argmax` picks greedy rows' tokens (the runner passes the C++ one on CPU)."""
         self._seed = seed
+        self._row_argmax = row_argmax
         self._generators: dict[torch.device, torch.Generator] = {}
 
     def __call__(self, logits: torch.Tensor, batch: SamplingBatch) -> SamplerOutput:
@@ -75,7 +78,7 @@ class Sampler:
     def sample(self, logits: torch.Tensor, batch: SamplingBatch) -> DeviceSample:
         """Sample on the device without waiting for it: ids (and logprobs) stay there."""
         if batch.is_argmax_only:
-            return DeviceSample(logits.argmax(dim=-1), None)
+            return DeviceSample(self._row_argmax(logits), None)
         logits = logits.float()
         if batch.allowed_tokens is not None:  # first: logprobs are the constrained ones
             logits = apply_allowed_tokens(logits, batch.allowed_tokens)
@@ -96,11 +99,11 @@ class Sampler:
 
     def _choose(self, logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
         if batch.all_greedy:
-            return logits.argmax(dim=-1)
+            return self._row_argmax(logits)
         if batch.all_random:
             return self._sample(logits, batch)
         token_ids = torch.empty(batch.num_rows, dtype=torch.int64, device=logits.device)
-        token_ids[batch.greedy_rows] = logits[batch.greedy_rows].argmax(dim=-1)
+        token_ids[batch.greedy_rows] = self._row_argmax(logits[batch.greedy_rows])
         token_ids[batch.random_rows] = self._sample(logits[batch.random_rows], batch)
         return token_ids
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from llmd.attention.cpu_backend import CpuAttentionBackend
-from llmd.attention.cpu_extension import load_paged_attention_op
+from llmd.attention.cpu_extension import load_cpu_ops, load_paged_attention_op
 from llmd.attention.factory import create_attention_backend
 from llmd.attention.inputs import AttentionInputs
 from llmd.attention.reference import build_metadata, naive_paged_attention
@@ -22,7 +22,25 @@ BATCHES = {
     "decodes": ([1, 1, 1, 1, 1, 1], [1, 4, 5, 16, 17, 40], 6),
     "prefills": ([19, 7, 1, 9], [19, 30, 9, 9], 0),
     "mixed": ([1, 1, 1, 12, 3, 8, 1], [1, 23, 12, 12, 20, 33, 6], 3),
+    # Several 32-token chunks of the tile path, cached prefixes, an odd block count and
+    # tails of 1-3 rows (which the tile path leaves to the vector one).
+    "long": ([1, 40, 100, 5, 19, 3], [60, 70, 100, 37, 51, 83], 1),
 }
+
+
+@pytest.fixture
+def vector_path():
+    """Switches the AMX tile path off for one test (bf16 prefill rows then take the vector
+    path, as on a CPU without tiles); restores the default. Skips where no tiles run, as
+    the default path is the vector one there."""
+    ops = load_cpu_ops()
+    if not ops.set_amx_enabled(True):
+        pytest.skip("no AMX-BF16 tiles on this CPU: the default path is the vector one")
+    ops.set_amx_enabled(False)
+    try:
+        yield
+    finally:
+        ops.set_amx_enabled(True)
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +85,25 @@ def make_case(batch, block_size, num_heads, num_kv_heads, head_dim, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     ("block_size", "num_heads", "num_kv_heads", "head_dim"),
-    [(16, 9, 3, 64), (4, 4, 4, 16), (1, 8, 2, 16), (7, 6, 2, 128), (32, 4, 1, 24)],
+    [(16, 9, 3, 64), (16, 8, 2, 128), (4, 4, 4, 16), (1, 8, 2, 16), (7, 6, 2, 128), (32, 4, 1, 24)],
 )
 @pytest.mark.parametrize("batch", list(BATCHES))
 def test_matches_reference(backend, batch, block_size, num_heads, num_kv_heads, head_dim, dtype):
+    """The default path of this CPU: the tile path for bf16 prefill rows where AMX runs."""
+    check_against_reference(backend, batch, block_size, num_heads, num_kv_heads, head_dim, dtype)
+
+
+@pytest.mark.parametrize(("num_heads", "num_kv_heads", "head_dim"), [(9, 3, 64), (8, 2, 128)])
+@pytest.mark.parametrize("batch", list(BATCHES))
+def test_vector_path_matches_reference_where_tiles_run(
+    backend, vector_path, batch, num_heads, num_kv_heads, head_dim
+):
+    """The bf16 shapes the tile path takes, on the vector path a CPU without AMX runs."""
+    check_against_reference(backend, batch, 16, num_heads, num_kv_heads, head_dim, torch.bfloat16)
+
+
+def check_against_reference(backend, batch, block_size, num_heads, num_kv_heads, head_dim, dtype):
+    """The op's store and output against the naive reference on one case."""
     metadata, query, key, value, k_cache, v_cache = make_case(
         batch, block_size, num_heads, num_kv_heads, head_dim, dtype
     )
@@ -119,10 +152,19 @@ def test_float32_activations_over_a_bfloat16_cache(backend, batch):
 @pytest.mark.parametrize("batch", list(BATCHES))
 def test_bfloat16_queries_are_read_and_written_by_the_op_itself(batch):
     """A bf16 model's queries go into the op as they are and its output is rounded once
-    inside: bit for bit what fp32 math on the same values, rounded at the end, gives."""
-    metadata, query, key, value, k_cache, v_cache = make_case(
-        batch, 16, 9, 3, 64, torch.bfloat16
-    )
+    inside: bit for bit what fp32 math on the same values, rounded at the end, gives.
+    (On the vector path; the tile path rounds probabilities to bf16, see below.)"""
+    ops = load_cpu_ops()
+    ops.set_amx_enabled(False)
+    try:
+        check_bfloat16_queries(batch)
+    finally:
+        ops.set_amx_enabled(True)
+
+
+def check_bfloat16_queries(batch):
+    """The bit-exact contract of bf16 queries on one case (the vector path)."""
+    metadata, query, key, value, k_cache, v_cache = make_case(batch, 16, 9, 3, 64, torch.bfloat16)
     op = load_paged_attention_op()  # the raw op, to pin its dtype contract
     k_cpu, v_cpu = to_cpu_layout(k_cache, v_cache)
     out = torch.empty(query.shape, dtype=torch.bfloat16)
@@ -137,6 +179,15 @@ def test_bfloat16_queries_are_read_and_written_by_the_op_itself(batch):
     with pytest.raises(RuntimeError, match="share one dtype"):
         op(out_fp32, query, key, value, k_cpu, v_cpu, metadata.slot_mapping,
            metadata.block_tables, metadata.query_start_loc, metadata.seq_lens, 0.125)  # fmt: skip
+
+
+def test_amx_tiles_are_used_where_the_cpu_has_them():
+    """A CPU with AMX-BF16 runs bf16 prefill on tiles: a build that lost the tile path
+    (flags, headers) would quietly fall back to the vector one."""
+    from llmd.attention.cpu_extension import cpu_flags
+
+    has_tiles = {"amx_bf16", "amx_tile", "avx512_bf16"} <= set(cpu_flags().split())
+    assert load_cpu_ops().set_amx_enabled(True) == has_tiles
 
 
 def test_the_ops_run_on_every_thread_torch_is_given(backend):

@@ -18,33 +18,46 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <type_traits>
 #include <vector>
 
+#include "amx_attention.h"
 #include "vec_math.h"
+#include "work_items.h"
 
 namespace {
 
 using namespace llmd_cpu;  // NOLINT: the op's own helpers
 
 constexpr int64_t kTileRows = 8;  // query rows per prefill work item
+constexpr int64_t kAmxTileRows = 16;  // ... when they run on AMX tiles: one tile's height
+
+// Whether this call's prefill items run on AMX tiles: bf16 queries and cache, 16-token
+// blocks, a head_dim the tile path is built for, and tiles usable in this process.
+bool tiles_apply(const at::Tensor& query, const at::Tensor& k_cache, const Shapes& s) {
+#ifdef LLMD_HAVE_AMX
+  return query.scalar_type() == at::kBFloat16 && k_cache.scalar_type() == at::kBFloat16 &&
+         s.block_size == 16 && (s.head_dim == 64 || s.head_dim == 128) && amx::in_use();
+#else
+  (void)query, (void)k_cache, (void)s;
+  return false;
+#endif
+}
+
+// Switches the AMX tile path on or off (tests, benchmarks); returns whether it is in use.
+bool set_amx_enabled(bool enabled) {
+#ifdef LLMD_HAVE_AMX
+  amx::enabled_flag().store(enabled);
+  return amx::in_use();
+#else
+  (void)enabled;
+  return false;
+#endif
+}
 
 // Scores rows are padded to whole 8-lane vectors so block_probs never touches a neighbour.
 inline int64_t score_stride(int64_t block_size) { return (block_size + 7) / 8 * 8; }
-
-struct WorkItem {
-  int64_t seq;
-  int64_t kv_head;
-  int64_t row_begin;  // first query row (absolute row of q/out)
-  int64_t num_rows;
-  int64_t first_position;  // context position of row_begin
-  int64_t cost;  // rows x context, for ordering
-};
-
-struct Shapes {
-  int64_t num_heads, num_kv_heads, group_size, head_dim, block_size, max_blocks;
-  int64_t table_stride;  // elements between two sequences' block-table rows
-  int64_t q_token_stride, k_token_stride, v_token_stride;  // elements between two tokens
-};
 
 // scores[j, 0:16] = q_j . K[:, t] for NQ queries over one 16-token block of transposed keys
 // [D, 16]: each key row is loaded once for the NQ queries, whose sums stay in registers.
@@ -261,20 +274,44 @@ void store_kv(const at::Tensor& key, const at::Tensor& value, const at::Tensor& 
 template <typename T, typename Q, int64_t BS, int64_t D>
 void run_items(const std::vector<WorkItem>& items, const Shapes& s, const Q* query,
                Q* out, const T* k_cache, const T* v_cache, const int32_t* block_tables,
-               float scale) {
+               float scale, int64_t tile_rows, bool amx_items) {
   std::atomic<int64_t> next{0};
   const int64_t num_items = static_cast<int64_t>(items.size());
-  const int64_t max_q = kTileRows * s.group_size;
+  const int64_t max_q = tile_rows * s.group_size;
   const int64_t scratch_floats = max_q * (2 * s.head_dim + score_stride(s.block_size) + 2);
   at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(scratch_floats);
+#ifdef LLMD_HAVE_AMX
+    // bf16 prefill rows go to the tile path (see amx_attention.h), decodes stay here.
+    constexpr bool kTileShapes = std::is_same_v<T, c10::BFloat16> &&
+                                 std::is_same_v<Q, c10::BFloat16> && BS == 16 && D > 0 &&
+                                 D % 32 == 0;
+    const bool use_tiles = kTileShapes && amx_items;
+    std::unique_ptr<amx::Scratch> tiles;
+    if (use_tiles) {
+      tiles = std::make_unique<amx::Scratch>(s.group_size, s.head_dim);
+      amx::configure_tiles();
+    }
+#endif
     for (int64_t worker = begin; worker < end; ++worker) {
       for (int64_t k = next.fetch_add(1); k < num_items; k = next.fetch_add(1)) {
         const WorkItem& item = items[k];
-        attend_item<T, Q, BS, D>(item, s, query, out, k_cache, v_cache,
-                          block_tables + item.seq * s.table_stride, scale, scratch.data());
+        const int32_t* table = block_tables + item.seq * s.table_stride;
+#ifdef LLMD_HAVE_AMX
+        if constexpr (kTileShapes) {
+          if (use_tiles && item.num_rows >= amx::kMinRows) {
+            amx::attend_item<D>(item, s, query, out, k_cache, v_cache, table, scale, *tiles);
+            continue;
+          }
+        }
+#endif
+        attend_item<T, Q, BS, D>(item, s, query, out, k_cache, v_cache, table, scale,
+                                 scratch.data());
       }
     }
+#ifdef LLMD_HAVE_AMX
+    if (use_tiles) _tile_release();
+#endif
   });
 }
 
@@ -283,9 +320,11 @@ void run_items(const std::vector<WorkItem>& items, const Shapes& s, const Q* que
 template <typename T, typename Q>
 void dispatch_shapes(const std::vector<WorkItem>& items, const Shapes& s, const Q* query,
                      Q* out, const T* k_cache, const T* v_cache,
-                     const int32_t* block_tables, float scale) {
-#define LLMD_RUN(BS, D) \
-  return run_items<T, Q, BS, D>(items, s, query, out, k_cache, v_cache, block_tables, scale)
+                     const int32_t* block_tables, float scale, int64_t tile_rows,
+                     bool amx_items) {
+#define LLMD_RUN(BS, D)                                                                  \
+  return run_items<T, Q, BS, D>(items, s, query, out, k_cache, v_cache, block_tables, scale, \
+                                tile_rows, amx_items)
   if (s.block_size == 16 && s.head_dim == 64) LLMD_RUN(16, 64);
   if (s.block_size == 16 && s.head_dim == 128) LLMD_RUN(16, 128);
   LLMD_RUN(0, 0);
@@ -296,17 +335,19 @@ void dispatch_shapes(const std::vector<WorkItem>& items, const Shapes& s, const 
 template <typename Q>
 void attend_all(const std::vector<WorkItem>& items, const Shapes& s, const at::Tensor& query,
                 at::Tensor& out, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                const at::Tensor& block_tables, double scale) {
+                const at::Tensor& block_tables, double scale, int64_t tile_rows,
+                bool amx_items) {
   const Q* q = query.data_ptr<Q>();
   Q* o = out.data_ptr<Q>();
   const int32_t* tables = block_tables.data_ptr<int32_t>();
   if (k_cache.scalar_type() == at::kFloat) {
     dispatch_shapes<float, Q>(items, s, q, o, k_cache.data_ptr<float>(),
-                              v_cache.data_ptr<float>(), tables, static_cast<float>(scale));
+                              v_cache.data_ptr<float>(), tables, static_cast<float>(scale),
+                              tile_rows, amx_items);
   } else {
     dispatch_shapes<c10::BFloat16, Q>(items, s, q, o, k_cache.data_ptr<c10::BFloat16>(),
                                       v_cache.data_ptr<c10::BFloat16>(), tables,
-                                      static_cast<float>(scale));
+                                      static_cast<float>(scale), tile_rows, amx_items);
   }
 }
 
@@ -364,6 +405,9 @@ void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tenso
     store_kv<c10::BFloat16>(key, value, k_cache, v_cache, slot_mapping, s);
   }
 
+  // bf16 prefill rows on AMX tiles (16 rows an item) where the CPU and the shapes allow.
+  const bool amx_items = tiles_apply(query, k_cache, s);
+  const int64_t tile_rows = amx_items ? kAmxTileRows : kTileRows;
   const int32_t* starts = query_start_loc.data_ptr<int32_t>();
   const int32_t* lens = seq_lens.data_ptr<int32_t>();
   std::vector<WorkItem> items;
@@ -373,8 +417,8 @@ void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tenso
     TORCH_CHECK(query_len >= 0 && query_len <= seq_len && seq_len <= s.max_blocks * s.block_size &&
                     starts[seq + 1] <= query.size(0),
                 "bad query/context length for sequence ", seq);
-    for (int64_t r = 0; r < query_len; r += kTileRows) {
-      const int64_t rows = std::min(kTileRows, query_len - r);
+    for (int64_t r = 0; r < query_len; r += tile_rows) {
+      const int64_t rows = std::min(tile_rows, query_len - r);
       const int64_t position = seq_len - query_len + r;
       for (int64_t h = 0; h < s.num_kv_heads; ++h) {
         items.push_back({seq, h, starts[seq] + r, rows, position, rows * (position + rows)});
@@ -384,9 +428,11 @@ void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tenso
   std::stable_sort(items.begin(), items.end(),
                    [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
   if (query.scalar_type() == at::kFloat) {
-    attend_all<float>(items, s, query, out, k_cache, v_cache, block_tables, scale);
+    attend_all<float>(items, s, query, out, k_cache, v_cache, block_tables, scale, tile_rows,
+                      amx_items);
   } else {
-    attend_all<c10::BFloat16>(items, s, query, out, k_cache, v_cache, block_tables, scale);
+    attend_all<c10::BFloat16>(items, s, query, out, k_cache, v_cache, block_tables, scale,
+                              tile_rows, amx_items);
   }
 }
 
@@ -412,4 +458,5 @@ TORCH_LIBRARY(llmd_cpu, m) {
         "Tensor query_start_loc, Tensor seq_lens, float scale) -> ()");
   m.impl("paged_attention", c10::DispatchKey::CPU, &paged_attention);
   m.def("parallel_workers() -> int", &parallel_workers);
+  m.def("set_amx_enabled(bool enabled) -> bool", &set_amx_enabled);
 }

@@ -45,23 +45,27 @@ typedef int32_t int8v __attribute__((vector_size(32)));
 constexpr vec8 kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7};
 
 // exp(x) lane-wise for x <= 0 (Cephes-style range reduction and polynomial, rel. error
-// ~1e-7); inputs below -87 give ~1e-38, never a denormal.
-inline vec8 exp8(vec8 x) {
-  x = x < -87.0f ? vec8{} - 87.0f : x;
+// ~1e-7); inputs below -87 give ~1e-38, never a denormal. V is a float vector, I the
+// int32 vector of the same lane count.
+template <typename V, typename I>
+inline V exp_lanes(V x) {
+  x = x < -87.0f ? V{} - 87.0f : x;
   // Round to nearest by the 1.5 * 2^23 trick.
-  const vec8 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const vec8 r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-  vec8 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  const V n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const V r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  V p = r * 1.9875691500e-4f + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int8v bits = (__builtin_convertvector(n, int8v) + 127) << 23;
-  vec8 scale;
+  const I bits = (__builtin_convertvector(n, I) + 127) << 23;
+  V scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return p * scale;
 }
+
+inline vec8 exp8(vec8 x) { return exp_lanes<vec8, int8v>(x); }
 
 inline float exp_scalar(float x) { return exp8(vec8{} + x)[0]; }
 
@@ -114,5 +118,8 @@ inline vec16 load16(const c10::BFloat16* p) {
   return out;
 }
 inline void store16(float* p, vec16 v) { *reinterpret_cast<vec16u*>(p) = v; }
+
+typedef int32_t int16v __attribute__((vector_size(64)));
+inline vec16 exp16(vec16 x) { return exp_lanes<vec16, int16v>(x); }
 
 }  // namespace llmd_cpu
