@@ -19,8 +19,8 @@ from llmd.http.sampling import chat_params, fan_out
 
 async def create_chat_completion(request: Request) -> Response:
     """The route."""
-    body, model = await read_body(request, ChatCompletionRequest)
-    params = chat_params(body, model.max_model_len)
+    body, model, structured_outputs = await read_body(request, ChatCompletionRequest)
+    params = chat_params(body, model.max_model_len, structured_outputs)
     inputs = fan_out([{"messages": body.wire_messages()}], params, body.n)
     object_name = "chat.completion.chunk" if body.stream else "chat.completion"
     head = response_head("chatcmpl", object_name, model.id)
