@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
+from llmd.http import structured_fields
 from llmd.http.errors import HttpError
 from llmd.http.request_models import ChatCompletionRequest, CompletionRequest, parse_body
 from llmd.http.sampling import chat_params, completion_params
@@ -139,3 +141,17 @@ def test_the_constraint_round_trips_through_the_wire_protocol():
     assert decoded.params().structured_outputs == StructuredOutputs(json=PERSON)
     free = GenerateRequest("f", prompt="p", sampling_params=SamplingParams().to_dict())
     assert "structured_outputs" not in free.sampling_params  # omitted when there is none
+
+
+def test_the_grammar_is_checked_on_a_worker_thread_not_the_event_loop(monkeypatch):
+    checked_on = []
+    monkeypatch.setattr(
+        structured_fields, "check_grammar", lambda spec: checked_on.append(threading.get_ident())
+    )
+
+    async def check() -> int:
+        await checked_outputs(_chat(guided_regex="a+"))
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(check())
+    assert len(checked_on) == 1 and checked_on[0] != loop_thread
