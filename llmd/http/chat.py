@@ -27,9 +27,10 @@ from llmd.tools.tool_plan import ToolPlan
 
 async def create_chat_completion(request: Request) -> Response:
     """The route."""
-    body, model = await read_body(request, ChatCompletionRequest)
+    body, model, structured_outputs = await read_body(request, ChatCompletionRequest)
     plan = tool_plan(body, model.tool_call_parser)
-    params = with_tool_constraint(chat_params(body, model.max_model_len), plan)
+    params = chat_params(body, model.max_model_len, structured_outputs)
+    params = with_tool_constraint(params, plan)
     prompt: PromptInput = {"messages": wire_messages(body.messages)}
     if plan is not None:
         prompt["tools"] = plan.template_tools()

@@ -8,7 +8,7 @@ the finish reasons, the usage and the timings are written once and cannot drift 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -29,6 +29,7 @@ from llmd.http.responses import (
     start_stream,
     usage,
 )
+from llmd.http.structured_fields import checked_outputs
 from llmd.http.timings import completion_timings, finished_timings
 
 BodyT = TypeVar("BodyT", bound=SamplingFields)
@@ -54,11 +55,15 @@ class ChoiceWording(Protocol):
         """The choice's finish reason, given the daemon's (`stop` or `length`)."""
 
 
-async def read_body(request: Request, body_class: type[BodyT]) -> tuple[BodyT, ServedModel]:
-    """The validated body of a generation request and the served model it may name."""
+async def read_body(
+    request: Request, body_class: type[BodyT]
+) -> tuple[BodyT, ServedModel, dict[str, Any] | None]:
+    """The validated body of a generation request, the served model it may name, and its
+    output constraint (wire form, grammar checked) or None."""
     context: HttpContext = request.app.state.context
     body = parse_body(body_class, await read_json(request, context.max_body_bytes))
-    return body, await context.check_model(body.model)
+    model = await context.check_model(body.model)
+    return body, model, await checked_outputs(body)
 
 
 def response_head(id_prefix: str, object_name: str, model_id: str) -> dict[str, object]:

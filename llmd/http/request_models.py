@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmd.http.errors import HttpError, bad_request
+from llmd.http.structured_fields import ResponseFormat
 
 MAX_CHOICES = 128
 """Most choices (`n`) per prompt, OpenAI's own limit."""
@@ -51,6 +52,15 @@ class SamplingFields(BaseModel):
     skip_special_tokens: bool | None = None
     # llmd's extension: each choice's `timings` (phases and why it waited; llmd/http/timings.py).
     return_timings: bool = False
+    # Output constraints, OpenAI's and vLLM's (at most one; llmd/http/structured_fields.py).
+    response_format: ResponseFormat | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    guided_decoding_backend: str | None = None
+    """Accepted and ignored: llmd has one grammar backend (llguidance)."""
 
     def check_supported(self) -> None:
         """Refuse, by name, what llmd does not implement."""
@@ -159,13 +169,10 @@ class ChatCompletionRequest(SamplingFields):
     """Function tools, checked into a `ToolPlan` (llmd/http/chat_tools.py)."""
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
 
     def check_supported(self) -> None:
-        """Also refuse structured output."""
+        """Also check top_logprobs against logprobs."""
         super().check_supported()
-        if self.response_format and self.response_format.get("type") != "text":
-            raise bad_request("only the text response_format is supported", "response_format")
         if self.top_logprobs is not None and not self.logprobs:
             raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
 
