@@ -1,7 +1,7 @@
 """llmd: a single-node LLM serving engine and daemon.
 
 `LLM` (the offline API) is imported lazily because it pulls in torch; the sampling
-parameters, config and errors stay importable on machines without it.
+parameters, output constraints, config and errors stay importable on machines without it.
 """
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from llmd.sampling_params import SamplingParams
+from llmd.structured_outputs import StructuredOutputs
 
 if TYPE_CHECKING:
     from llmd.llm import LLM
 
-__all__ = ["LLM", "SamplingParams"]
+__all__ = ["LLM", "SamplingParams", "StructuredOutputs"]
 __version__ = "0.1.0"
 
 

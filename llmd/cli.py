@@ -46,6 +46,7 @@ Examples:
   llmd generate --chat --max-tokens 64 "Tell me a joke."
   echo "Hello" | llmd generate -                    # the prompt from stdin
   llmd generate --local --model ./my-model --logprobs 3 "Hi" "Bonjour"
+  llmd generate --choice yes,no "Is the sky blue?"   # or --regex, --json-schema FILE, ...
 """
 )
 @apply_options(ENGINE_OPTIONS)

@@ -7,6 +7,7 @@ clients take the same sampling flags, so each flag is declared once, here, witho
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from llmd.batch_limits import describe_defaults
@@ -18,8 +19,11 @@ from llmd.config import (
     POLICIES,
     EngineConfig,
 )
+from llmd.errors import InvalidParameterError
 from llmd.option_spec import Flag, click_option
 from llmd.sampling_params import SamplingParams
+from llmd.structured.grammar_source import check_grammar
+from llmd.structured_outputs import StructuredOutputs
 
 ENGINE_FLAGS = (
     Flag("model", short_names=("-m",), show_default="the small model shipped with llmd"),
@@ -68,7 +72,24 @@ SAMPLING_FLAGS = (
     Flag("logprobs"),
 )
 """The sampling flags of `llmd generate`, from SamplingParams."""
-SAMPLING_OPTIONS = [click_option(SamplingParams, flag) for flag in SAMPLING_FLAGS]
+STRUCTURED_FLAGS = (
+    Flag("json", flag_name="--json-schema", dest="json_schema", metavar="FILE",
+         help="Constrain the output to the JSON schema in FILE."),
+    Flag("json_object", is_switch=True, help="Constrain the output to any JSON object."),
+    Flag("regex", metavar="REGEX", help="Constrain the whole output to match REGEX."),
+    Flag("choice", metavar="A,B,...",
+         help="The output is exactly one of these comma-separated strings, taken as written "
+         "(repeat the flag to add more)."),
+    Flag("grammar", metavar="FILE",
+         help="Constrain the output to the Lark grammar in FILE (llguidance's dialect)."),
+)  # fmt: skip
+"""The output constraints of `llmd generate` (at most one), from StructuredOutputs."""
+FILE_FLAGS = ("json", "grammar")
+"""Constraint fields whose flag names a file to read rather than the value itself."""
+SAMPLING_OPTIONS = [
+    *(click_option(SamplingParams, flag) for flag in SAMPLING_FLAGS),
+    *(click_option(StructuredOutputs, flag) for flag in STRUCTURED_FLAGS),
+]
 
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -92,5 +113,39 @@ def pop_engine_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def pop_sampling_params(kwargs: dict[str, Any]) -> SamplingParams:
-    """Remove the sampling flags from a command's kwargs and build SamplingParams."""
-    return SamplingParams(**{flag.field: kwargs.pop(flag.dest_name) for flag in SAMPLING_FLAGS})
+    """Remove the sampling and constraint flags from a command's kwargs; SamplingParams."""
+    structured_outputs = pop_structured_outputs(kwargs)
+    fields = {flag.field: kwargs.pop(flag.dest_name) for flag in SAMPLING_FLAGS}
+    return SamplingParams(**fields, structured_outputs=structured_outputs)
+
+
+def pop_structured_outputs(kwargs: dict[str, Any]) -> StructuredOutputs | None:
+    """Remove the constraint flags from kwargs; their one constraint, grammar checked.
+
+    Errors name the flag (its dest, which the CLI shows as typed), and a bad regex or
+    schema is refused here, before a model loads or a daemon is asked.
+    """
+    values = {flag: kwargs.pop(flag.dest_name) for flag in STRUCTURED_FLAGS}
+    given = [flag for flag, value in values.items() if value not in (None, False, ())]
+    if not given:
+        return None
+    if len(given) > 1:
+        names = ", ".join(flag.long_name for flag in STRUCTURED_FLAGS)
+        got = " and ".join(flag.long_name for flag in given)
+        raise InvalidParameterError(f"give at most one of {names}; got {got}")
+    (flag,) = given
+    value = values[flag]
+    if flag.field in FILE_FLAGS:
+        try:
+            value = Path(value).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+            raise InvalidParameterError(f"cannot read {value}: {reason}", flag.dest_name) from None
+    elif flag.field == "choice":
+        value = [option for text in value for option in text.split(",")]
+    try:
+        spec = StructuredOutputs(**{flag.field: value})
+        check_grammar(spec)
+    except InvalidParameterError as error:
+        raise InvalidParameterError(error.message, flag.dest_name) from None
+    return spec

@@ -48,6 +48,8 @@ class Flag:
     """Help that replaces the field's docstring, where that reads as code documentation."""
     envvar: str | None = None
     """An environment variable click reads when the flag is not given (click only)."""
+    metavar: str | None = None
+    """The value's name in the help (FILE, REGEX) when the type's name says less."""
 
     @property
     def long_name(self) -> str:
@@ -110,6 +112,8 @@ def click_option(cls: type, flag: Flag) -> Callable:
     kwargs: dict[str, Any] = {"default": default, "help": help_text}
     if flag.envvar is not None:
         kwargs["envvar"] = flag.envvar
+    if flag.metavar is not None:
+        kwargs["metavar"] = flag.metavar
     names: list[str] = [*flag.short_names]
     if facts.value_type is bool and flag.is_switch:
         names.append(flag.long_name)
@@ -135,6 +139,8 @@ def add_argument(
     default = facts.default if flag.default is FROM_FIELD else flag.default
     help_text = help_prefix + (flag.help or command_line_help(facts.doc)).replace("%", "%%")
     kwargs: dict[str, Any] = {"default": default, "dest": flag.dest_name}
+    if flag.metavar is not None and facts.value_type is not bool:
+        kwargs["metavar"] = flag.metavar
     if facts.value_type is bool and flag.is_switch:
         kwargs["action"] = "store_true"
     elif facts.value_type is bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import click
@@ -20,8 +21,9 @@ from llmd.cli_options import (
 )
 from llmd.config import EngineConfig
 from llmd.field_docs import field_docs
-from llmd.option_spec import FROM_FIELD, command_line_help
+from llmd.option_spec import FROM_FIELD, Flag, add_argument, click_option, command_line_help
 from llmd.sampling_params import SamplingParams
+from llmd.structured_outputs import StructuredOutputs
 
 
 def _parsed(options: list, argv: list[str]) -> dict:
@@ -37,7 +39,7 @@ def _parsed(options: list, argv: list[str]) -> dict:
     return seen
 
 
-@pytest.mark.parametrize("cls", [EngineConfig, SamplingParams])
+@pytest.mark.parametrize("cls", [EngineConfig, SamplingParams, StructuredOutputs])
 def test_every_field_has_a_docstring(cls):
     docs = field_docs(cls)
     missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
@@ -71,6 +73,28 @@ def test_sampling_flags_differ_from_the_dataclass_only_where_declared():
     params = pop_sampling_params(_parsed(SAMPLING_OPTIONS, argv))
     assert (params.seed, params.stop, params.stop_token_ids) == (3, ("a", "b"), (7,))
     assert params.temperature == 0.5 and params.ignore_eos
+
+
+def test_constraint_flags_build_one_structured_output(tmp_path):
+    assert pop_sampling_params(_parsed(SAMPLING_OPTIONS, [])).structured_outputs is None
+    argv = ["--choice", "a,b", "--choice", "c d"]
+    params = pop_sampling_params(_parsed(SAMPLING_OPTIONS, argv))
+    assert params.structured_outputs == StructuredOutputs(choice=("a", "b", "c d"))
+    schema_path = tmp_path / "s.json"
+    schema_path.write_text('{"type": "integer"}')
+    params = pop_sampling_params(_parsed(SAMPLING_OPTIONS, ["--json-schema", str(schema_path)]))
+    assert params.structured_outputs == StructuredOutputs(json={"type": "integer"})
+    params = pop_sampling_params(_parsed(SAMPLING_OPTIONS, ["--json-object"]))
+    assert params.structured_outputs == StructuredOutputs(json_object=True)
+
+
+def test_a_metavar_names_the_value_in_both_parsers():
+    flag = Flag("regex", metavar="REGEX", help="Match REGEX.")
+    parser = argparse.ArgumentParser()
+    add_argument(parser, StructuredOutputs, flag)
+    assert "--regex REGEX" in parser.format_help()
+    command = click.command()(click_option(StructuredOutputs, flag)(lambda regex: None))
+    assert "--regex REGEX" in command.get_help(click.Context(command))
 
 
 def test_the_offline_benchmark_takes_the_same_flags_with_one_declared_override():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from llmd.client.errors import daemon_not_running
 from llmd.client.in_flight import InFlight
@@ -70,7 +70,8 @@ class ClientCore:
         prompt: str | None,
         stream: bool,
         *,
-        messages: Sequence[dict[str, str]] | None = None,
+        messages: Sequence[Mapping[str, object]] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
         prompt_token_ids: Sequence[int] | None = None,
         params: SamplingParams | dict[str, object] | None = None,
         priority: int = 0,
@@ -93,6 +94,7 @@ class ClientCore:
             prompt=prompt,
             prompt_token_ids=None if prompt_token_ids is None else list(prompt_token_ids),
             messages=None if messages is None else [dict(m) for m in messages],
+            tools=None if tools is None else [dict(t) for t in tools],
             sampling_params=params_dict,
             stream=stream,
             priority=priority,

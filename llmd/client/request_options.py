@@ -7,7 +7,7 @@ subscribe; typing them here (with `Unpack`) keeps one list and one set of defaul
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TypedDict
 
 from llmd.sampling_params import SamplingParams
@@ -16,8 +16,10 @@ from llmd.sampling_params import SamplingParams
 class PromptOptions(TypedDict, total=False):
     """What a generate sends besides a plain prompt and its sampling parameters."""
 
-    messages: Sequence[dict[str, str]] | None
+    messages: Sequence[Mapping[str, object]] | None
     """Chat messages, rendered by the daemon's chat template (instead of `prompt`)."""
+    tools: Sequence[Mapping[str, object]] | None
+    """Function tools for the chat template (with `messages`; OpenAI's shape)."""
     prompt_token_ids: Sequence[int] | None
     """Token ids to send as they are (instead of `prompt`)."""
     priority: int

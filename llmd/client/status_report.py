@@ -45,6 +45,8 @@ class _StatusFields(TypedDict):
     max_num_batched_tokens: int | None
     version: str | None
     uptime_s: float | None
+    tool_call_parser: str | None
+    """How `tool_choice: auto` replies are read (None from a daemon that predates tools)."""
     queue: QueueReport
     kv: KvReport
 
@@ -73,6 +75,7 @@ def status_report(snapshot: StatsSnapshot) -> StatusReport:
         "max_num_batched_tokens": daemon.max_num_batched_tokens,
         "version": daemon.version,
         "uptime_s": daemon.uptime_s,
+        "tool_call_parser": daemon.tool_call_parser,
         "queue": _queue_report(daemon.num_in_flight, queue),
         "kv": _kv_report(kv),
     }
@@ -130,6 +133,7 @@ def format_status(report: StatusReport) -> str:
         f"queue     {show(queue['in_flight'])} in flight: {show(queue['waiting'])} waiting, "
         f"{show(queue['running'])} running, {show(queue['preempted'])} preempted",
         f"kv cache  {kv_line}",
+        f"tools     calls of tool_choice auto read as {show(report.get('tool_call_parser'))}",
         f"log       {report.get('log_file') or 'stderr of the `llmd serve` process'}",
     ]
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from llmd.daemon.serve_options import (
     ServeOptions,
 )
 from llmd.option_spec import Flag, click_option
+from llmd.tools.parser_choice import PARSER_OPTIONS
 
 STOP_WAIT_S = 10.0
 """After the daemon acknowledged stopping, how long `llmd stop` waits for it to release its
@@ -50,6 +51,7 @@ SERVE_FLAGS = (
     Flag("is_http_enabled", flag_name="--http"),
     Flag("is_warmup_enabled", flag_name="--warmup"),
     Flag("api_key", envvar=API_KEY_ENV, show_default=f"${API_KEY_ENV}"),
+    Flag("tool_call_parser", choices=PARSER_OPTIONS),
 )
 """`llmd serve`'s own flags, from ServeOptions (the engine's come from EngineConfig)."""
 SERVE_OPTIONS = [click_option(ServeOptions, flag) for flag in SERVE_FLAGS]

@@ -44,6 +44,7 @@ def daemon_facts(daemon: Daemon) -> DaemonSection:
         num_connections=None if gate is None else gate.num_connections,
         max_connections=None if gate is None else gate.max_connections,
         num_refused_connections=None if gate is None else gate.num_refused,
+        tool_call_parser=daemon.tool_call_parser,
     )
 
 

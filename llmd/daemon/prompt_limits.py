@@ -7,6 +7,8 @@ both cost nothing to check and would otherwise cost an `internal` error or secon
 
 from __future__ import annotations
 
+import json
+
 from llmd.errors import InvalidParameterError, RequestRejectedError
 
 MAX_CHARS_PER_TOKEN = 64
@@ -32,12 +34,18 @@ class PromptLimits:
                     "prompt_token_ids",
                 )
 
-    def check_text(self, prompt: str | None, messages: list[dict[str, str]] | None) -> None:
+    def check_text(
+        self,
+        prompt: str | None,
+        messages: list[dict[str, object]] | None,
+        tools: list[dict[str, object]] | None = None,
+    ) -> None:
         """Raise request_too_large when the text could never fit max_model_len tokens."""
         if prompt is not None:
             num_chars, parameter = len(prompt), "prompt"
         elif messages is not None:
-            num_chars = sum(len(value) for m in messages for value in m.values())
+            num_chars = sum(_num_chars(value) for m in messages for value in m.values())
+            num_chars += sum(_num_chars(tool) for tool in tools or [])
             parameter = "messages"
         else:
             return
@@ -47,3 +55,10 @@ class PromptLimits:
                 f"token, that is more than max_model_len ({self.max_model_len}) tokens can hold",
                 parameter,
             )
+
+
+def _num_chars(value: object) -> int:
+    """A message field's length as text (a tool call or a tool as its JSON)."""
+    if isinstance(value, str):
+        return len(value)
+    return len(json.dumps(value, default=str))

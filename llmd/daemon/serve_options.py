@@ -13,6 +13,7 @@ from typing import Any
 
 from llmd.errors import InvalidParameterError, require
 from llmd.protocol.codec import DEFAULT_MAX_MESSAGE_BYTES
+from llmd.tools.parser_choice import PARSER_OPTIONS
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 API_KEY_ENV = "LLMD_API_KEY"
@@ -72,6 +73,10 @@ class ServeOptions:
     api_key: str | None = field(default=None, repr=False)
     """Bearer key the /v1 routes require (None: none). Never written to the detached
     child's command line: it travels in LLMD_API_KEY instead."""
+    tool_call_parser: str = "auto"
+    """How `tool_choice: auto` replies are read for tool calls: `hermes` (`<tool_call>` tags,
+    Qwen2.5/Qwen3), `llama3` (a bare JSON object, Llama 3.x), or `auto`: chosen from the
+    chat template (hermes when it names neither)."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     """EngineConfig keyword arguments."""
 
@@ -103,6 +108,11 @@ class ServeOptions:
         _positive("http_port", self.http_port, integer=True)
         require(self.http_port < 65536, "http_port", f"must be below 65536, got {self.http_port}")
         require(self.api_key != "", "api_key", "must not be empty")
+        require(
+            self.tool_call_parser in PARSER_OPTIONS,
+            "tool_call_parser",
+            f"must be one of {PARSER_OPTIONS}, got {self.tool_call_parser!r}",
+        )
 
     def to_json(self) -> str:
         """JSON for the detached child's command line."""

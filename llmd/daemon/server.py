@@ -63,6 +63,7 @@ from llmd.protocol import (
     message_id,
     parse_message,
 )
+from llmd.tools.parser_choice import resolve_parser_name
 
 if TYPE_CHECKING:
     from llmd.llm_engine import LLMEngine
@@ -118,6 +119,10 @@ class Daemon:
             else None,
             engine_thread,  # the thread that loaded the engine steps it (`llmd serve`)
         )
+        self.tool_call_parser = resolve_parser_name(
+            options.tool_call_parser, engine.tokenizer.chat_template_text
+        )
+        """`--tool-call-parser`, with `auto` resolved from the chat template."""
         self.text_worker = TextWorker(
             engine.tokenizer,
             PromptLimits(self.facts.vocab_size, self.facts.max_model_len),
@@ -125,6 +130,7 @@ class Daemon:
             self.outbox,
             self.metrics,
             self.instance_id,
+            self.tool_call_parser,
         )
         self.routes = RouteTable()
         self.transport = PeerTransport(

@@ -47,6 +47,7 @@ from llmd.protocol import (
     encode,
 )
 from llmd.sampling_params import SamplingParams
+from llmd.tools.parser_choice import DEFAULT_PARSER
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +100,11 @@ class TextWorker:
         outbox: Outbox,
         metrics: ServingMetrics,
         instance_id: str | None = None,
+        tool_call_parser: str = DEFAULT_PARSER,
     ):
         self.tokenizer = tokenizer
+        self.tool_call_parser = tool_call_parser
+        """The format tools are written in for a chat template that ignores them."""
         self.instance_id = instance_id
         self.engine_loop = engine_loop
         self.outbox = outbox
@@ -172,7 +176,7 @@ class TextWorker:
                 self.limits.check_token_ids(prompt_token_ids)
                 self._add(job, params, prompt_token_ids)
                 return
-            self.limits.check_text(message.prompt, message.messages)
+            self.limits.check_text(message.prompt, message.messages, message.tools)
         except Exception as error:
             self._send_error(job.peer, message.id, error)
             return
@@ -188,7 +192,9 @@ class TextWorker:
             raise InvalidParameterError(
                 "give exactly one of prompt, prompt_token_ids or messages", "prompt"
             )
-        return self.tokenizer.apply_chat_template(message.messages)
+        return self.tokenizer.apply_chat_template(
+            message.messages, tools=message.tools, tool_call_parser=self.tool_call_parser
+        )
 
     def _on_tokenized(self, done: Tokenized) -> None:
         job = self._tokenizing.pop(done.job.engine_id, None)

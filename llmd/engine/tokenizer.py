@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from llmd.errors import InvalidParameterError, ModelNotFoundError
+from llmd.tools.chat_prompt import chat_prompt_text
+from llmd.tools.parser_choice import DEFAULT_PARSER
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 
@@ -77,26 +79,56 @@ class Tokenizer:
         """True when the tokenizer ships a chat template."""
         return bool(getattr(self.hf_tokenizer, "chat_template", None))
 
+    @property
+    def chat_template_text(self) -> str | None:
+        """The chat template's source (named templates joined), or None without one."""
+        template = getattr(self.hf_tokenizer, "chat_template", None)
+        if isinstance(template, dict):
+            return "\n".join(str(text) for text in template.values())
+        return template if isinstance(template, str) else None
+
     def apply_chat_template(
-        self, messages: list[dict[str, str]], add_generation_prompt: bool = True
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+        tool_call_parser: str = DEFAULT_PARSER,
     ) -> list[int]:
-        """Render `messages` with the model's chat template and return the prompt's token ids."""
+        """Render `messages` (and `tools`) with the model's chat template: the prompt's ids.
+
+        A template that ignores tools gets them, and earlier tool turns, as plain text in
+        `tool_call_parser`'s format (llmd/tools/chat_prompt.py).
+        """
         _validate_messages(messages)
         if not self.has_chat_template:
             raise InvalidParameterError(
                 f"tokenizer {self.name!r} has no chat template; send a plain prompt", "messages"
             )
+
+        def render(turns: list[dict[str, Any]], turn_tools: list[dict[str, Any]] | None) -> str:
+            return self.render_chat(turns, turn_tools, add_generation_prompt)
+
+        text = chat_prompt_text(render, messages, tools, tool_call_parser)
+        # The template writes BOS itself when it wants one; adding it again would duplicate it.
+        return list(self.hf_tokenizer.encode(text, add_special_tokens=False))
+
+    def render_chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """The chat template's text for `messages` and `tools`; a refusal names `messages`."""
         from jinja2 import TemplateError
 
         try:
             text = self.hf_tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=add_generation_prompt
+                messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
             )
-        except TemplateError as error:
+        except (TemplateError, TypeError, ValueError, KeyError) as error:
             message = f"chat template rejected them: {error}"
             raise InvalidParameterError(message, "messages") from None
-        # The template writes BOS itself when it wants one; adding it again would duplicate it.
-        return list(self.hf_tokenizer.encode(text, add_special_tokens=False))
+        return str(text)
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size}, eos={self.eos_token_ids})"

@@ -19,8 +19,8 @@ from llmd.http.sampling import completion_params, fan_out
 
 async def create_completion(request: Request) -> Response:
     """The route."""
-    body, model = await read_body(request, CompletionRequest)
-    params = completion_params(body)
+    body, model, structured_outputs = await read_body(request, CompletionRequest)
+    params = completion_params(body, structured_outputs)
     prompts: list[PromptInput] = [
         {"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in body.prompts()
     ]
@@ -56,3 +56,6 @@ class CompletionWording:
 
     def closing(self, index: int) -> dict[str, object]:
         return {"index": index, "text": "", "logprobs": None}
+
+    def finish_reason(self, index: int, reason: str) -> str:
+        return reason

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from llmd.client import AsyncClient
 from llmd.http.errors import not_found
+from llmd.tools.parser_choice import DEFAULT_PARSER
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class ServedModel:
     max_model_len: int
     created: int
     """Unix time the HTTP server first saw it."""
+    tool_call_parser: str = DEFAULT_PARSER
+    """The parser of free-form tool calls the daemon resolved (`--tool-call-parser`)."""
 
 
 class HttpContext:
@@ -51,7 +54,12 @@ class HttpContext:
         if self._model is None:
             snapshot = await self.client.stats(include_requests=False, include_block_map=False)
             daemon = snapshot.daemon
-            self._model = ServedModel(daemon.model, daemon.max_model_len, int(time.time()))
+            self._model = ServedModel(
+                daemon.model,
+                daemon.max_model_len,
+                int(time.time()),
+                daemon.tool_call_parser or DEFAULT_PARSER,
+            )
         return self._model
 
     async def check_model(self, requested: str | None) -> ServedModel:

@@ -21,8 +21,10 @@ class PromptInput(TypedDict, total=False):
     """One daemon request of a group: its prompt in one of three forms, and its own params."""
 
     prompt: str
-    messages: list[dict[str, str]]
+    messages: list[dict[str, object]]
     prompt_token_ids: list[int]
+    tools: list[dict[str, object]]
+    """Function tools for the chat template (with `messages`)."""
     params: dict[str, object]
     """Replaces the group's params (the n choices of one prompt differ by seed)."""
 
@@ -126,6 +128,7 @@ class GenerationGroup:
         return {
             "messages": prompt.get("messages"),
             "prompt_token_ids": prompt.get("prompt_token_ids"),
+            "tools": prompt.get("tools"),
             "params": prompt.get("params", self.params),
             "label": self.label,
         }

@@ -8,7 +8,7 @@ the finish reasons, the usage and the timings are written once and cannot drift 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -29,6 +29,7 @@ from llmd.http.responses import (
     start_stream,
     usage,
 )
+from llmd.http.structured_fields import checked_outputs
 from llmd.http.timings import completion_timings, finished_timings
 
 BodyT = TypeVar("BodyT", bound=SamplingFields)
@@ -44,18 +45,25 @@ class ChoiceWording(Protocol):
     def opening(self, index: int) -> dict[str, object] | None:
         """A chunk to send once the daemon accepted the choice's request, or None."""
 
-    def delta(self, index: int, event: TokenDelta) -> dict[str, object]:
-        """The chunk carrying new output."""
+    def delta(self, index: int, event: TokenDelta) -> dict[str, object] | None:
+        """The chunk carrying new output, or None when there is none to send yet."""
 
     def closing(self, index: int) -> dict[str, object]:
         """The last chunk of a choice, before its finish reason is added."""
 
+    def finish_reason(self, index: int, reason: str) -> str:
+        """The choice's finish reason, given the daemon's (`stop` or `length`)."""
 
-async def read_body(request: Request, body_class: type[BodyT]) -> tuple[BodyT, ServedModel]:
-    """The validated body of a generation request and the served model it may name."""
+
+async def read_body(
+    request: Request, body_class: type[BodyT]
+) -> tuple[BodyT, ServedModel, dict[str, Any] | None]:
+    """The validated body of a generation request, the served model it may name, and its
+    output constraint (wire form, grammar checked) or None."""
     context: HttpContext = request.app.state.context
     body = parse_body(body_class, await read_json(request, context.max_body_bytes))
-    return body, await context.check_model(body.model)
+    model = await context.check_model(body.model)
+    return body, model, await checked_outputs(body)
 
 
 def response_head(id_prefix: str, object_name: str, model_id: str) -> dict[str, object]:
@@ -86,7 +94,9 @@ async def answer(
     choices = []
     for index, completion in enumerate(completions):
         choice = wording.whole(index, completion)
-        choice["finish_reason"] = finish_reason(completion.finish_reason)
+        choice["finish_reason"] = wording.finish_reason(
+            index, finish_reason(completion.finish_reason)
+        )
         if body.return_timings:
             choice["timings"] = completion_timings(completion)
         choices.append(choice)
@@ -115,11 +125,14 @@ async def _chunks(
                 choice["finish_reason"] = None
         elif isinstance(event, TokenDelta):
             choice = wording.delta(index, event)
-            choice["finish_reason"] = None
+            if choice is not None:
+                choice["finish_reason"] = None
         elif isinstance(event, Finished):
             usages[index] = event.usage
             choice = wording.closing(index)
-            choice["finish_reason"] = finish_reason(event.finish_reason)
+            choice["finish_reason"] = wording.finish_reason(
+                index, finish_reason(event.finish_reason)
+            )
             if wants_timings:
                 choice["timings"] = finished_timings(request_ids.get(index), event)
         if choice is not None:

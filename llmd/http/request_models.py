@@ -1,7 +1,7 @@
 """Request bodies of /v1/completions and /v1/chat/completions, as OpenAI documents them.
 
 pydantic checks types and names the offending field in a 400; fields OpenAI defines that
-llmd does not implement (echo, best_of, tools, ...) are refused by name rather than ignored.
+llmd does not implement (echo, best_of, logit_bias, ...) are refused by name rather than ignored.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmd.http.errors import HttpError, bad_request
+from llmd.http.structured_fields import ResponseFormat
 
 MAX_CHOICES = 128
 """Most choices (`n`) per prompt, OpenAI's own limit."""
@@ -51,6 +52,15 @@ class SamplingFields(BaseModel):
     skip_special_tokens: bool | None = None
     # llmd's extension: each choice's `timings` (phases and why it waited; llmd/http/timings.py).
     return_timings: bool = False
+    # Output constraints, OpenAI's and vLLM's (at most one; llmd/http/structured_fields.py).
+    response_format: ResponseFormat | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    guided_decoding_backend: str | None = None
+    """Accepted and ignored: llmd has one grammar backend (llguidance)."""
 
     def check_supported(self) -> None:
         """Refuse, by name, what llmd does not implement."""
@@ -104,12 +114,32 @@ class ContentPart(BaseModel):
     text: str | None = None
 
 
-class ChatMessage(BaseModel):
-    """One message of a conversation."""
+class FunctionCall(BaseModel):
+    """The function of an earlier assistant tool call: its name and arguments (JSON text)."""
 
     model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "developer", "user", "assistant"]
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCallMessage(BaseModel):
+    """One tool call of an earlier assistant message."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(BaseModel):
+    """One message of a conversation (a `tool` message answers an earlier tool call)."""
+
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
+    tool_calls: list[ToolCallMessage] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
     def text(self, index: int) -> str:
         """The message's text (text parts joined); other part types are refused."""
@@ -136,25 +166,15 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0)
     tools: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
+    """Function tools, checked into a `ToolPlan` (llmd/http/chat_tools.py)."""
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
     def check_supported(self) -> None:
-        """Also refuse tools and structured output."""
+        """Also check top_logprobs against logprobs."""
         super().check_supported()
-        if self.tools:
-            raise bad_request("tools (function calling) are not supported", "tools")
-        if self.response_format and self.response_format.get("type") != "text":
-            raise bad_request("only the text response_format is supported", "response_format")
         if self.top_logprobs is not None and not self.logprobs:
             raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
-
-    def wire_messages(self) -> list[dict[str, str]]:
-        """Messages as the daemon takes them (a developer message is a system message)."""
-        roles = {"developer": "system"}
-        return [
-            {"role": roles.get(m.role, m.role), "content": m.text(i)}
-            for i, m in enumerate(self.messages)
-        ]
 
 
 RequestT = TypeVar("RequestT", bound=SamplingFields)

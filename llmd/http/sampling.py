@@ -6,6 +6,8 @@ a 400 naming the field the HTTP client sent (`max_completion_tokens`, `top_logpr
 
 from __future__ import annotations
 
+from typing import Any
+
 from llmd.errors import InvalidParameterError
 from llmd.http.errors import bad_request
 from llmd.http.generation_group import PromptInput
@@ -31,9 +33,11 @@ _PASSED_AS_IS = (
 )
 
 
-def completion_params(request: CompletionRequest) -> dict[str, object]:
-    """sampling_params of a completion request."""
-    params = _shared(request)
+def completion_params(
+    request: CompletionRequest, structured_outputs: dict[str, Any] | None = None
+) -> dict[str, object]:
+    """sampling_params of a completion request (with its checked output constraint)."""
+    params = _shared(request, structured_outputs)
     params["max_tokens"] = (
         DEFAULT_COMPLETION_MAX_TOKENS if request.max_tokens is None else request.max_tokens
     )
@@ -42,9 +46,13 @@ def completion_params(request: CompletionRequest) -> dict[str, object]:
     return _validated(params, {})
 
 
-def chat_params(request: ChatCompletionRequest, max_model_len: int) -> dict[str, object]:
+def chat_params(
+    request: ChatCompletionRequest,
+    max_model_len: int,
+    structured_outputs: dict[str, Any] | None = None,
+) -> dict[str, object]:
     """sampling_params of a chat request; without a limit, generation may fill the context."""
-    params = _shared(request)
+    params = _shared(request, structured_outputs)
     renamed: dict[str, str] = {}
     if request.max_completion_tokens is not None:
         params["max_tokens"] = request.max_completion_tokens
@@ -59,9 +67,13 @@ def chat_params(request: ChatCompletionRequest, max_model_len: int) -> dict[str,
     return _validated(params, renamed)
 
 
-def _shared(request: SamplingFields) -> dict[str, object]:
+def _shared(
+    request: SamplingFields, structured_outputs: dict[str, Any] | None
+) -> dict[str, object]:
     params: dict[str, object] = {name: getattr(request, name) for name in _PASSED_AS_IS}
     params = {name: value for name, value in params.items() if value is not None}
+    if structured_outputs is not None:
+        params["structured_outputs"] = structured_outputs
     if request.stop is not None:
         params["stop"] = [request.stop] if isinstance(request.stop, str) else list(request.stop)
     return params
@@ -76,9 +88,7 @@ def _validated(params: dict[str, object], renamed: dict[str, str]) -> dict[str, 
     return params
 
 
-def fan_out(
-    inputs: list[PromptInput], params: dict[str, object], n: int
-) -> list[PromptInput]:
+def fan_out(inputs: list[PromptInput], params: dict[str, object], n: int) -> list[PromptInput]:
     """`n` daemon requests per input, prompt-major (choice index = prompt * n + j).
 
     With a `seed`, choice j samples with seed + j: the n choices differ, yet the same

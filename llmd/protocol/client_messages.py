@@ -34,6 +34,21 @@ def check_max_requests(value: int) -> None:
     require(0 <= value <= MAX_TABLE_ROWS, "max_requests", f"must be in [0, {MAX_TABLE_ROWS}]")
 
 
+def check_messages(messages: list[dict[str, object]]) -> None:
+    """Chat messages map names to strings, but for an assistant's `tool_calls` (maps)."""
+    for index, message in enumerate(messages):
+        for key, value in message.items():
+            if key == "tool_calls":
+                is_valid = isinstance(value, list) and all(isinstance(c, dict) for c in value)
+                require(is_valid, "messages", f"message {index}: tool_calls must be a list of maps")
+            else:
+                require(
+                    isinstance(value, str),
+                    "messages",
+                    f"message {index}: {key!r} must be a string",
+                )
+
+
 @dataclass(frozen=True)
 class ClientRequest(WireMessage):
     """What every message to the daemon carries: the client's id, echoed in each reply.
@@ -55,7 +70,7 @@ class GenerateRequest(ClientRequest):
     TYPE = "generate"
     prompt: str | None = None
     prompt_token_ids: list[int] | None = None
-    messages: list[dict[str, str]] | None = None
+    messages: list[dict[str, object]] | None = None
     sampling_params: dict[str, object] = field(default_factory=dict)
     stream: bool = True
     priority: int = 0
@@ -64,11 +79,24 @@ class GenerateRequest(ClientRequest):
     label: str | None = None
     """The client's name for the request (an HTTP X-Request-Id): in the daemon's log lines
     about it and in `llmd top`."""
+    tools: list[dict[str, object]] | None = None
+    """Function tools (OpenAI's shape) the chat template lists for `messages`; left off the
+    wire when None, so a daemon that predates tools still reads every other request."""
+
+    def to_wire(self) -> dict[str, object]:
+        data = super().to_wire()
+        if self.tools is None:
+            del data["tools"]
+        return data
 
     def validate(self) -> None:
         super().validate()
         if self.label is not None:
             check_label(self.label)
+        if self.tools is not None and self.messages is None:
+            raise InvalidParameterError("tools need chat messages", "tools")
+        if self.messages is not None:
+            check_messages(self.messages)
         num_inputs = sum(
             value is not None for value in (self.prompt, self.prompt_token_ids, self.messages)
         )

@@ -66,6 +66,9 @@ class DaemonSection(EngineFacts):
     """Client connections open now (None without a connection gate)."""
     max_connections: int | None = None
     num_refused_connections: int | None = None
+    tool_call_parser: str | None = None
+    """How the HTTP API reads free-form tool calls (`hermes` or `llama3`; None from a daemon
+    that predates tools)."""
 
     @classmethod
     def of(cls, facts: EngineFacts, **daemon_state: Any) -> DaemonSection:

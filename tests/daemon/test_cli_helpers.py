@@ -28,6 +28,12 @@ def test_status_report_and_text():
     assert "pid       42  up 1h02m05s" in text
     assert "3 in flight: 1 waiting, 2 running, 0 preempted" in text
     assert "10/64 blocks used (16%), 5 cached, 49 free; prefix hit rate 50%" in text
+    assert "tools     calls of tool_choice auto read as -" in text  # an older daemon
+    llama = sample_snapshot(daemon=daemon_section(tool_call_parser="llama3"))
+    assert status_report(llama)["tool_call_parser"] == "llama3"
+    assert "tools     calls of tool_choice auto read as llama3" in format_status(
+        status_report(llama)
+    )
 
 
 def test_status_of_a_dead_engine_has_no_engine_numbers():

@@ -6,6 +6,7 @@ import pytest
 
 from llmd.daemon.serve_options import ServeOptions
 from llmd.errors import EngineDeadError, InvalidParameterError, LLMDError, OverloadedError
+from llmd.http.chat_messages import wire_messages
 from llmd.http.errors import HttpError, from_llmd_error
 from llmd.http.logprobs import MIN_LOGPROB, chat_logprobs, completion_logprobs
 from llmd.http.metrics_exporter import render
@@ -52,13 +53,13 @@ def test_chat_content_parts_and_roles():
     parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
     messages = [{"role": "developer", "content": "be nice"}, {"role": "user", "content": parts}]
     body = parse_body(ChatCompletionRequest, {"messages": messages})
-    assert body.wire_messages() == [
+    assert wire_messages(body.messages) == [
         {"role": "system", "content": "be nice"},
         {"role": "user", "content": "ab"},
     ]
     image = {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}
     with pytest.raises(HttpError) as error:
-        parse_body(ChatCompletionRequest, image).wire_messages()
+        wire_messages(parse_body(ChatCompletionRequest, image).messages)
     assert error.value.param == "messages.0.content"
     with pytest.raises(HttpError) as error:
         parse_body(ChatCompletionRequest, {"messages": [], "tools": []})

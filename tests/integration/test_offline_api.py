@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from llmd import LLM, SamplingParams
+from llmd import LLM, SamplingParams, StructuredOutputs
 from llmd.cli import main
 from llmd.engine.request import Request
 from llmd.errors import InvalidParameterError, RequestRejectedError
@@ -112,6 +112,14 @@ def test_cli_reports_typed_errors(tiny_model_dir):
         main, ["generate", "--model", str(tiny_model_dir), "--top-p", "2", "hello"]
     )
     assert result.exit_code != 0 and "--top-p" in result.output
+
+
+def test_structured_outputs_from_the_top_level_package(llm):
+    choices = ("left", "right")
+    params = SamplingParams(temperature=1.0, seed=2, max_tokens=16,
+                            structured_outputs=StructuredOutputs(choice=choices))  # fmt: skip
+    outputs = llm.generate(["go", "turn", "walk"], params)
+    assert all(out.text in choices and out.finish_reason == "stop" for out in outputs)
 
 
 def test_stop_token_id_kept_in_ids_not_in_text(llm):

@@ -45,6 +45,8 @@ CLIENT_EXAMPLES = [
     HealthRequest("h"),
     HealthRequest("probe", request_ids=["g1", "sub"]),
     GenerateRequest("g4", prompt="x", expires_at=1_800_000_000.5),
+    GenerateRequest("g5", prompt="x", sampling_params={"structured_outputs": {"choice": ["a"]}}),
+    GenerateRequest("g6", prompt="x", sampling_params={"structured_outputs": {"json": "{}"}}),
     ShutdownRequest("stop", now=True, timeout_s=2.5),
 ]
 DAEMON_EXAMPLES = [
@@ -141,6 +143,11 @@ def _generate(**fields):
         (_generate(sampling_params={"stop": 5}), "stop"),
         (_generate(sampling_params={"stop_token_ids": 5}), "stop_token_ids"),
         (_generate(sampling_params={"nucleus": 0.5}), "nucleus"),
+        (
+            _generate(sampling_params={"structured_outputs": {"regex": ""}}),
+            "structured_outputs.regex",
+        ),
+        (_generate(sampling_params={"structured_outputs": {"xml": "a"}}), "structured_outputs"),
         (_generate(id=""), "id"),
         (_generate(id="x" * 129), "id"),
         (_generate(id=7), "id"),
