@@ -163,6 +163,74 @@ inline void pack_values(const c10::BFloat16* __restrict__ vb, int64_t count,
   }
 }
 
+// exp(x) for x <= 0 in 16 lanes: 2^n * 2^f with f in [-1/2, 1/2] and a degree-5
+// Taylor polynomial (relative error under 3e-6, far below the bf16 rounding the
+// probabilities get);
+// scalef applies 2^n, so inputs far below zero give 0, never a wrong power.
+inline __m512 exp_nonpositive16(__m512 x) {
+  const __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)),
+                                 _mm512_set1_ps(1.44269504088896341f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);  // [-1/2, 1/2]
+  __m512 p = _mm512_set1_ps(1.3333558146e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108665e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650696e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718056e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// The lanes of a 32-token chunk row that its causal prefix covers (low, high halves).
+inline void valid_lanes(int64_t num_valid, __mmask16& low, __mmask16& high) {
+  const uint32_t n = static_cast<uint32_t>(std::clamp<int64_t>(num_valid, 0, kChunk));
+  low = _cvtu32_mask16(n >= 16 ? 0xFFFFu : (1u << n) - 1);
+  high = _cvtu32_mask16(n >= 32 ? 0xFFFFu : n <= 16 ? 0u : (1u << (n - 16)) - 1);
+}
+
+// The online-softmax step of one head over one chunk: scores s [16][32] (unscaled) become
+// bf16 probabilities p [16][32] (0 wherever a row's causal prefix or the item ends), the
+// rows' running max and sum move on, and correction[r] says how to rescale row r's
+// accumulator (0 before its first token). Row maxima first, then one vector exp for all
+// 16 corrections.
+inline void softmax_chunk(const WorkItem& item, int64_t chunk, int64_t num_tokens, float scale,
+                          const float* s, c10::BFloat16* p, float* row_max, float* row_sum,
+                          float* correction) {
+  const __m512 minus = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 scale_v = _mm512_set1_ps(scale);
+  alignas(64) float chunk_max[kRows], chunk_sum[kRows];
+  __mmask16 low[kRows], high[kRows];
+  for (int64_t r = 0; r < kRows; ++r) {
+    const int64_t num_valid =
+        r < item.num_rows ? std::min(num_tokens, item.first_position + r + 1 - chunk) : 0;
+    valid_lanes(num_valid, low[r], high[r]);
+    const __m512 x0 = _mm512_mask_mul_ps(minus, low[r], _mm512_loadu_ps(s + r * kChunk), scale_v);
+    const __m512 x1 =
+        _mm512_mask_mul_ps(minus, high[r], _mm512_loadu_ps(s + r * kChunk + 16), scale_v);
+    chunk_max[r] = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));
+  }
+  const __m512 old_max = _mm512_loadu_ps(row_max);
+  const __m512 new_max = _mm512_max_ps(old_max, _mm512_load_ps(chunk_max));
+  _mm512_storeu_ps(row_max, new_max);
+  // Rows without a finite max yet (no token seen) keep a zero accumulator: correction 0.
+  const __mmask16 has_max = _mm512_cmp_ps_mask(old_max, minus, _CMP_NEQ_OQ);
+  const __m512 corr = _mm512_maskz_mov_ps(has_max, exp_nonpositive16(_mm512_sub_ps(old_max, new_max)));
+  _mm512_store_ps(correction, corr);
+  for (int64_t r = 0; r < kRows; ++r) {
+    const __m512 m = _mm512_set1_ps(row_max[r]);
+    const __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(s + r * kChunk), scale_v);
+    const __m512 x1 = _mm512_mul_ps(_mm512_loadu_ps(s + r * kChunk + 16), scale_v);
+    // Masked lanes (past the prefix, NaN keys) are exactly 0 by selection.
+    const __m512 p0 = _mm512_maskz_mov_ps(low[r], exp_nonpositive16(_mm512_sub_ps(x0, m)));
+    const __m512 p1 = _mm512_maskz_mov_ps(high[r], exp_nonpositive16(_mm512_sub_ps(x1, m)));
+    chunk_sum[r] = _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+    const __m512bh packed = _mm512_cvtne2ps_pbh(p1, p0);  // lanes 0-15 from p0
+    std::memcpy(p + r * kChunk, &packed, sizeof(packed));
+  }
+  _mm512_storeu_ps(row_sum, _mm512_fmadd_ps(_mm512_loadu_ps(row_sum), corr,
+                                            _mm512_load_ps(chunk_sum)));
+}
+
 // One item's rows against its causal context; out rows are written in bf16.
 template <int64_t D>
 void attend_item(const WorkItem& item, const Shapes& s, const c10::BFloat16* query,
@@ -190,7 +258,7 @@ void attend_item(const WorkItem& item, const Shapes& s, const c10::BFloat16* que
 
   const int64_t context_end = item.first_position + rows;  // tokens the last row sees
   const int64_t head_block = s.num_kv_heads * D * kBlock;  // elements per cache block
-  float correction[kRows];
+  alignas(64) float correction[kRows];
   for (int64_t chunk = 0; chunk < context_end; chunk += kChunk) {
     const int64_t num_tokens = std::min(kChunk, context_end - chunk);
     const bool has_second = num_tokens > kBlock;
@@ -219,45 +287,8 @@ void attend_item(const WorkItem& item, const Shapes& s, const c10::BFloat16* que
       _tile_stored(2, w.s, kChunk * 4);
       _tile_stored(3, w.s + kBlock, kChunk * 4);
 
-      float* row_max = w.row_max + g * kRows;
-      float* row_sum = w.row_sum + g * kRows;
-      for (int64_t r = 0; r < kRows; ++r) {
-        const int64_t num_valid =
-            r < rows ? std::min(num_tokens, item.first_position + r + 1 - chunk) : 0;
-        const __m512i zero = _mm512_setzero_si512();
-        if (num_valid <= 0) {  // past the item, or causal: the row sees nothing here
-          _mm512_storeu_si512(w.p + r * kChunk, zero);
-          correction[r] = 1.0f;
-          continue;
-        }
-        const __mmask16 low = _cvtu32_mask16(num_valid >= 16 ? 0xFFFF : (1u << num_valid) - 1);
-        const __mmask16 high = _cvtu32_mask16(
-            num_valid >= 32 ? 0xFFFF : num_valid <= 16 ? 0 : (1u << (num_valid - 16)) - 1);
-        const __m512 minus = _mm512_set1_ps(minus_inf);
-        const __m512 scale_v = _mm512_set1_ps(scale);
-        const __m512 x0 = _mm512_mask_mul_ps(minus, low, _mm512_loadu_ps(w.s + r * kChunk), scale_v);
-        const __m512 x1 =
-            _mm512_mask_mul_ps(minus, high, _mm512_loadu_ps(w.s + r * kChunk + 16), scale_v);
-        const float new_max = std::max(row_max[r], _mm512_reduce_max_ps(_mm512_max_ps(x0, x1)));
-        const __m512 max_v = _mm512_set1_ps(new_max);
-        vec16 e0, e1;
-        const __m512 d0 = _mm512_sub_ps(x0, max_v), d1 = _mm512_sub_ps(x1, max_v);
-        std::memcpy(&e0, &d0, sizeof(e0));
-        std::memcpy(&e1, &d1, sizeof(e1));
-        e0 = exp16(e0);
-        e1 = exp16(e1);
-        __m512 p0, p1;
-        std::memcpy(&p0, &e0, sizeof(p0));
-        std::memcpy(&p1, &e1, sizeof(p1));
-        p0 = _mm512_maskz_mov_ps(low, p0);  // masked lanes (-inf, NaN keys) -> exactly 0
-        p1 = _mm512_maskz_mov_ps(high, p1);
-        correction[r] = row_max[r] == minus_inf ? 0.0f : exp_scalar(row_max[r] - new_max);
-        row_sum[r] = row_sum[r] * correction[r] + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
-        row_max[r] = new_max;
-        const __m512bh packed = _mm512_cvtne2ps_pbh(p1, p0);  // lanes 0-15 from p0
-        std::memcpy(w.p + r * kChunk, &packed, sizeof(packed));
-      }
-
+      softmax_chunk(item, chunk, num_tokens, scale, w.s, w.p, w.row_max + g * kRows,
+                    w.row_sum + g * kRows, correction);
       _tile_loadd(1, w.p, kChunk * 2);
       for (int64_t c = 0; c < D; c += 32) {  // two 16-column slices of O per pass
         _tile_zero(6);
