@@ -13,7 +13,7 @@ from typing import Any
 from llmd.errors import InvalidParameterError, require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-KV_CACHE_DTYPES = ("auto", "float32", "bfloat16")
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "fp8", "fp8_e4m3")
 DEVICES = ("auto", "cpu", "cuda")
 POLICIES = ("fcfs", "priority")
 ATTENTION_BACKENDS = ("auto", "cpu", "torch", "triton")
@@ -36,9 +36,11 @@ class EngineConfig:
     device: str = "auto"
     """auto (cuda when available), cpu or cuda."""
     kv_cache_dtype: str = "auto"
-    """KV cache element type: auto (the model's dtype), float32 or bfloat16. bfloat16 under
-    float32 activations halves the bytes decode attention reads (the cpu attention backend
-    only): K/V are rounded to bf16, attention still computes in float32."""
+    """KV cache element type: auto (the model's dtype), float32, bfloat16, or fp8 (fp8_e4m3:
+    e4m3 with k/v scales of 1.0). Another type than the model's needs the cpu attention
+    backend: bfloat16 under float32 activations halves the bytes decode attention reads,
+    fp8 halves bf16's (K/V quantized by the op, saturating at +-448); attention still
+    computes in float32."""
     block_size: int = 16
     """Tokens per KV-cache block (the paging granularity)."""
     kv_cache_memory_gib: float = 1.0

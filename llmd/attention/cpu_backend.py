@@ -42,21 +42,24 @@ class CpuAttentionBackend(AttentionBackend):
     def forward(self, inputs: AttentionInputs) -> torch.Tensor:
         """Write key/value into their slots, then attend each query over its context.
 
-        The op computes in float32 whatever the cache dtype, reading fp32 or bf16 queries
+        The op computes in float32 whatever the cache dtype (fp32, bf16, or fp8 e4m3 holding
+        K / k_scale and V / v_scale), reading fp32 or bf16 queries
         and writing the output in the query's dtype (others go through float32); rows
         past the last sequence's tokens (batch padding) are left uninitialised.
         query/key/value may be views into the fused qkv output (strided tokens): the op
         reads them in place.
         """
         query, metadata = inputs.query, inputs.metadata
-        cache_dtype = inputs.k_cache.dtype
         op_dtype = query.dtype if query.dtype in CPU_OP_DTYPES else torch.float32
+        cache_dtype = inputs.k_cache.dtype
+        # An fp8 cache takes K/V in the op's dtype and quantizes them itself.
+        kv_dtype = op_dtype if cache_dtype == torch.float8_e4m3fn else cache_dtype
         out = torch.empty(query.shape, dtype=op_dtype)  # [num_tokens, heads, head_dim]
         self._op(
             out,
             _token_rows(query.to(op_dtype)),
-            _token_rows(inputs.key.to(cache_dtype)),
-            _token_rows(inputs.value.to(cache_dtype)),
+            _token_rows(inputs.key.to(kv_dtype)),
+            _token_rows(inputs.value.to(kv_dtype)),
             inputs.k_cache,
             inputs.v_cache,
             metadata.slot_mapping,
@@ -64,6 +67,8 @@ class CpuAttentionBackend(AttentionBackend):
             metadata.query_start_loc,
             metadata.seq_lens,
             inputs.scale,
+            inputs.k_scale,
+            inputs.v_scale,
         )
         return out if op_dtype == query.dtype else out.to(query.dtype)
 

@@ -31,3 +31,7 @@ class AttentionInputs:
     """Where the new tokens go and which cached tokens each query attends to."""
     scale: float
     """Softmax scale applied to q.K (usually head_dim ** -0.5)."""
+    k_scale: float = 1.0
+    """An fp8 cache holds key / k_scale (other caches hold the keys themselves: 1.0)."""
+    v_scale: float = 1.0
+    """An fp8 cache holds value / v_scale (1.0 for other caches)."""

@@ -45,6 +45,10 @@ class PagedSelfAttention(nn.Module):
         self.q_size = num_heads * head_dim
         self.kv_size = num_kv_heads * head_dim
         self.scale = head_dim**-0.5
+        self.k_scale = 1.0
+        """An fp8 KV cache holds key / k_scale (1.0 unless the checkpoint gives a scale)."""
+        self.v_scale = 1.0
+        """An fp8 KV cache holds value / v_scale."""
         self.backend = attention_backend
         self.qkv_proj = nn.Linear(hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
         self.o_proj = nn.Linear(self.q_size, hidden_size, bias=o_bias)
@@ -101,7 +105,9 @@ class PagedSelfAttention(nn.Module):
             query, key = query_key.split((self.num_heads, self.num_kv_heads), dim=1)
         value = qkv[:, num_qk_heads:]  # [num_tokens, num_kv_heads, head_dim], rows strided
         k_cache, v_cache = kv_cache
-        inputs = AttentionInputs(query, key, value, k_cache, v_cache, metadata, self.scale)
+        inputs = AttentionInputs(
+            query, key, value, k_cache, v_cache, metadata, self.scale, self.k_scale, self.v_scale
+        )
         out = self.backend.forward(inputs)
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 

@@ -61,7 +61,13 @@ def allocate_kv_cache(
     ]
 
 
-KV_CACHE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+KV_CACHE_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "fp8": torch.float8_e4m3fn,
+    "fp8_e4m3": torch.float8_e4m3fn,
+}
+"""Config names of the KV element types; `fp8` is e4m3 (vLLM's default fp8 format)."""
 
 
 def resolve_kv_cache_dtype(
@@ -70,7 +76,8 @@ def resolve_kv_cache_dtype(
     """The KV cache's element type: `auto` is the model's; another needs the cpu backend.
 
     Only the cpu attention op reads a cache whose dtype differs from the activations'
-    (it computes in float32 either way); the torch and Triton paths store K/V as they are.
+    (it computes in float32 either way, and quantizes K/V into an fp8 cache); the torch
+    and Triton paths store K/V as they are.
     """
     if name == "auto":
         return model_dtype

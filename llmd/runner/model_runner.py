@@ -94,6 +94,11 @@ class ModelRunner:
             torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else 0
         )
         self.model = load_model(model_path, hf_config, self.backend, self.dtype, self.device)
+        if self.kv_dtype == torch.float8_e4m3fn:
+            logger.warning(
+                "fp8 KV cache with k/v scales of 1.0 (llmd reads no KV scales from "
+                "checkpoints yet): keys and values beyond +-448 saturate"
+            )
         self.kernel_config = KernelConfig.for_backend(self.backend, self.device)
         configure_kernels(self.model, self.kernel_config)
         self.num_packed_linears = 0

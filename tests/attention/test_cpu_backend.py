@@ -269,3 +269,66 @@ def test_build_failure_falls_back_to_torch_with_one_warning(monkeypatch, caplog)
     assert backend.name == "torch"
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "no-such-compiler-llmd not found" in warnings[0].getMessage()
+
+
+def quantized(cache: torch.Tensor, scale: float) -> torch.Tensor:
+    """What an fp8 cache holds for `cache`: value / scale, saturated at +-448, nearest even."""
+    return (cache.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("block_size", "num_heads", "num_kv_heads", "head_dim"),
+    [(16, 9, 3, 64), (16, 8, 2, 128), (4, 4, 4, 16), (7, 6, 2, 128)],
+)
+@pytest.mark.parametrize("batch", list(BATCHES))
+def test_an_fp8_cache_quantizes_the_store_and_reads_back_scaled(
+    backend, batch, block_size, num_heads, num_kv_heads, head_dim, dtype
+):
+    """kv_cache_dtype=fp8: the op stores key / k_scale and value / v_scale as e4m3 (torch's
+    rounding, saturating at 448, bit for bit) and attends over the scaled-back values; NaN
+    slots (0x7F) stay unread. Some new values exceed 448 * v_scale, so saturation is hit
+    (in values: saturated keys would make the softmax too peaked to compare in fp32)."""
+    metadata, query, key, value, k_cache, v_cache = make_case(
+        batch, block_size, num_heads, num_kv_heads, head_dim, dtype
+    )
+    value = value * 1000  # |value / v_scale| reaches past 448 for most draws
+    k_scale, v_scale = 0.5, 2.0
+    k8, v8 = quantized(k_cache, k_scale), quantized(v_cache, v_scale)
+    k_cpu, v_cpu = to_cpu_layout(k8, v8)
+    out = backend.forward(
+        AttentionInputs(query, key, value, k_cpu, v_cpu, metadata, 0.125, k_scale, v_scale)
+    )
+
+    expected_caches = []
+    for cache, new, scale in ((k8, key, k_scale), (v8, value, v_scale)):
+        raw = cache.view(torch.uint8).clone()  # index_copy_ has no fp8 kernel
+        raw.view(-1, num_kv_heads, head_dim).index_copy_(
+            0, metadata.slot_mapping, quantized(new, scale).view(torch.uint8)
+        )
+        expected_caches.append(raw.view(torch.float8_e4m3fn))
+    expected_k, expected_v = to_cpu_layout(*expected_caches)
+    assert torch.equal(k_cpu.view(torch.uint8), expected_k.view(torch.uint8))
+    assert torch.equal(v_cpu.view(torch.uint8), expected_v.view(torch.uint8))
+    assert (expected_v.float().abs() == 448).any()  # saturation happened
+
+    assert out.dtype == dtype and not out.isnan().any()
+    k_real = expected_caches[0].float() * k_scale
+    v_real = expected_caches[1].float() * v_scale
+    expected = naive_paged_attention(query.float(), k_real, v_real, metadata, 0.125)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2  # fp32 math on the fp8 values
+    magnitude = expected.abs().max().item()  # values reach ~1000: absolute error scales too
+    torch.testing.assert_close(out.float(), expected, atol=tolerance * magnitude, rtol=tolerance)
+
+
+def test_the_op_refuses_bad_scales_and_mismatched_fp8_inputs(backend):
+    metadata, query, key, value, k_cache, v_cache = make_case("mixed", 16, 9, 3, 64, torch.float32)
+    k_cpu, v_cpu = to_cpu_layout(quantized(k_cache, 1.0), quantized(v_cache, 1.0))
+    args = (metadata.slot_mapping, metadata.block_tables, metadata.query_start_loc,
+            metadata.seq_lens, 0.125)  # fmt: skip
+    out = torch.empty(query.shape)
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(RuntimeError, match="k_scale and v_scale"):
+            backend._op(out, query, key, value, k_cpu, v_cpu, *args, bad, 1.0)
+    with pytest.raises(RuntimeError, match="share one dtype"):  # bf16 K/V under fp32 queries
+        backend._op(out, query, key.bfloat16(), value.bfloat16(), k_cpu, v_cpu, *args, 1.0, 1.0)

@@ -213,6 +213,24 @@ def test_a_bfloat16_kv_cache_under_float32_matches_hf_float32(arch, tmp_path):
     assert caches and all(cache.dtype == torch.bfloat16 for cache in caches)
 
 
+@pytest.mark.parametrize("model_dtype", [torch.float32, torch.bfloat16])
+def test_an_fp8_kv_cache_matches_hf_under_the_bf16_rule(model_dtype, tmp_path):
+    """kv_cache_dtype=fp8 (e4m3, scales 1.0; cpu backend): K/V quantized to 3 mantissa
+    bits, everything else in the model's dtype; greedy tokens still held to the bf16 rule
+    against HF in that dtype, and the cache holds 4x (fp32) or 2x (bf16) the blocks."""
+    path = make_tiny_model(tmp_path, "llama")
+    name = str(model_dtype).removeprefix("torch.")
+    llm = _check_against_hf(
+        path, model_dtype, 5, dtype=name, kv_cache_dtype="fp8", attention_backend="cpu"
+    )
+    caches = [cache for pair in llm.engine.runner.kv_caches for cache in pair]
+    assert caches and all(cache.dtype == torch.float8_e4m3fn for cache in caches)
+    full = LLM(str(path), device="cpu", dtype=name, kv_cache_memory_gib=0.01)
+    fp8 = LLM(str(path), device="cpu", dtype=name, kv_cache_memory_gib=0.01, kv_cache_dtype="fp8")
+    ratio = fp8.engine.runner.num_blocks / full.engine.runner.num_blocks
+    assert ratio == pytest.approx(model_dtype.itemsize, rel=0.01)
+
+
 def test_the_auto_dtype_matches_hf_in_the_dtype_it_picks(tmp_path):
     """What a user gets by default: bf16 where the CPU has native bf16 math (held to the
     bf16 rule against HF bf16), fp32 elsewhere (held to the same rule against HF fp32)."""

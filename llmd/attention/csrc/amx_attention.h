@@ -236,7 +236,7 @@ template <int64_t D>
 void attend_item(const WorkItem& item, const Shapes& s, const c10::BFloat16* query,
                  c10::BFloat16* out, const c10::BFloat16* k_cache,
                  const c10::BFloat16* v_cache, const int32_t* block_table, float scale,
-                 Scratch& w) {
+                 float out_scale, Scratch& w) {
   static_assert(D % 32 == 0, "head_dim must fill whole tile rows");
   const int64_t group = s.group_size, rows = item.num_rows;
   const float minus_inf = -std::numeric_limits<float>::infinity();
@@ -316,7 +316,7 @@ void attend_item(const WorkItem& item, const Shapes& s, const c10::BFloat16* que
     const float* acc = w.acc + g * kRows * D;
     for (int64_t r = 0; r < rows; ++r) {
       c10::BFloat16* dst = out + ((item.row_begin + r) * s.num_heads + head) * D;
-      const float inv = 1.0f / w.row_sum[g * kRows + r];
+      const float inv = out_scale / w.row_sum[g * kRows + r];
       for (int64_t d = 0; d < D; ++d) store_float(dst + d, acc[r * D + d] * inv);
     }
   }

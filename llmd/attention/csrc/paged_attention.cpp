@@ -166,7 +166,7 @@ inline void block_values_run(const float* probs, int64_t probs_stride, const T* 
 template <typename T, typename Q, int64_t BS, int64_t D>
 void attend_item(const WorkItem& item, const Shapes& s, const Q* query, Q* out,
                  const T* k_cache, const T* v_cache, const int32_t* block_table,
-                 float scale, float* scratch) {
+                 Scales scales, float* scratch) {
   const int64_t head_dim = D > 0 ? D : s.head_dim;
   const int64_t bs = BS > 0 ? BS : s.block_size;
   const int64_t num_q = item.num_rows * s.group_size;
@@ -182,7 +182,7 @@ void attend_item(const WorkItem& item, const Shapes& s, const Q* query, Q* out,
       const int64_t head = item.kv_head * s.group_size + g;
       const Q* src = query + (item.row_begin + r) * s.q_token_stride + head * head_dim;
       float* dst = q + (r * s.group_size + g) * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) dst[d] = to_float(src[d]) * scale;
+      for (int64_t d = 0; d < head_dim; ++d) dst[d] = to_float(src[d]) * scales.query;
     }
   }
   std::fill(acc, acc + num_q * head_dim, 0.0f);
@@ -239,19 +239,35 @@ void attend_item(const WorkItem& item, const Shapes& s, const Q* query, Q* out,
       const int64_t i = r * s.group_size + g;
       const int64_t head = item.kv_head * s.group_size + g;
       Q* dst = out + ((item.row_begin + r) * s.num_heads + head) * head_dim;
-      const float inv = 1.0f / row_sum[i];
+      const float inv = scales.out / row_sum[i];
       for (int64_t d = 0; d < head_dim; ++d) store_float(dst + d, acc[i * head_dim + d] * inv);
     }
   }
 }
 
-template <typename T>
+// Largest finite fp8 e4m3 value: stores saturate here (a plain conversion would give NaN).
+constexpr float kFp8Max = 448.0f;
+
+// The cache element for one new K/V value (S: the step's dtype, T: the cache's): the same
+// value when they match, else x / scale rounded to fp8 (nearest even, saturating).
+template <typename S, typename T>
+inline T cache_element(S x, float scale) {
+  if constexpr (std::is_same_v<S, T>) {
+    return x;
+  } else {
+    const float scaled = to_float(x) / scale;
+    return T(std::clamp(scaled, -kFp8Max, kFp8Max));  // NaN stays NaN
+  }
+}
+
+template <typename S, typename T>
 void store_kv(const at::Tensor& key, const at::Tensor& value, const at::Tensor& k_cache,
-              const at::Tensor& v_cache, const at::Tensor& slot_mapping, const Shapes& s) {
-  const T* k_src = key.data_ptr<T>();
-  const T* v_src = value.data_ptr<T>();
-  T* k_dst = k_cache.data_ptr<T>();
-  T* v_dst = v_cache.data_ptr<T>();
+              const at::Tensor& v_cache, const at::Tensor& slot_mapping, const Shapes& s,
+              float k_scale, float v_scale) {
+  const S* k_src = static_cast<const S*>(key.data_ptr());
+  const S* v_src = static_cast<const S*>(value.data_ptr());
+  T* k_dst = static_cast<T*>(k_cache.data_ptr());
+  T* v_dst = static_cast<T*>(v_cache.data_ptr());
   const int64_t* slots = slot_mapping.data_ptr<int64_t>();
   const int64_t num_slots = k_cache.size(0) * s.block_size;
   for (int64_t token = 0; token < slot_mapping.size(0); ++token) {
@@ -261,20 +277,35 @@ void store_kv(const at::Tensor& key, const at::Tensor& value, const at::Tensor& 
     const int64_t block_id = slot / s.block_size, offset = slot % s.block_size;
     for (int64_t h = 0; h < s.num_kv_heads; ++h) {
       const int64_t base = (block_id * s.num_kv_heads + h) * s.head_dim * s.block_size;
-      const T* k_row = k_src + token * s.k_token_stride + h * s.head_dim;
-      const T* v_row = v_src + token * s.v_token_stride + h * s.head_dim;
+      const S* k_row = k_src + token * s.k_token_stride + h * s.head_dim;
+      const S* v_row = v_src + token * s.v_token_stride + h * s.head_dim;
       for (int64_t d = 0; d < s.head_dim; ++d) {
-        k_dst[base + d * s.block_size + offset] = k_row[d];
-        v_dst[base + offset * s.head_dim + d] = v_row[d];
+        k_dst[base + d * s.block_size + offset] = cache_element<S, T>(k_row[d], k_scale);
+        v_dst[base + offset * s.head_dim + d] = cache_element<S, T>(v_row[d], v_scale);
       }
     }
   }
 }
 
+// Stores the step's K/V: same-dtype caches copy, an fp8 cache quantizes fp32 or bf16 K/V.
+void store_step_kv(const at::Tensor& key, const at::Tensor& value, const at::Tensor& k_cache,
+                   const at::Tensor& v_cache, const at::Tensor& slot_mapping, const Shapes& s,
+                   double k_scale, double v_scale) {
+  const float ks = static_cast<float>(k_scale), vs = static_cast<float>(v_scale);
+  const auto source = key.scalar_type(), cache = k_cache.scalar_type();
+  using Fp8 = c10::Float8_e4m3fn;
+  using Bf16 = c10::BFloat16;
+  if (cache == at::kFloat) return store_kv<float, float>(key, value, k_cache, v_cache, slot_mapping, s, ks, vs);
+  if (cache == at::kBFloat16) return store_kv<Bf16, Bf16>(key, value, k_cache, v_cache, slot_mapping, s, ks, vs);
+  if (source == at::kFloat) return store_kv<float, Fp8>(key, value, k_cache, v_cache, slot_mapping, s, ks, vs);
+  if (source == at::kBFloat16) return store_kv<Bf16, Fp8>(key, value, k_cache, v_cache, slot_mapping, s, ks, vs);
+  store_kv<Fp8, Fp8>(key, value, k_cache, v_cache, slot_mapping, s, ks, vs);
+}
+
 template <typename T, typename Q, int64_t BS, int64_t D>
 void run_items(const std::vector<WorkItem>& items, const Shapes& s, const Q* query,
                Q* out, const T* k_cache, const T* v_cache, const int32_t* block_tables,
-               float scale, int64_t tile_rows, bool amx_items) {
+               Scales scales, int64_t tile_rows, bool amx_items) {
   std::atomic<int64_t> next{0};
   const int64_t num_items = static_cast<int64_t>(items.size());
   const int64_t max_q = tile_rows * s.group_size;
@@ -300,12 +331,13 @@ void run_items(const std::vector<WorkItem>& items, const Shapes& s, const Q* que
 #ifdef LLMD_HAVE_AMX
         if constexpr (kTileShapes) {
           if (use_tiles && item.num_rows >= amx::kMinRows) {
-            amx::attend_item<D>(item, s, query, out, k_cache, v_cache, table, scale, *tiles);
+            amx::attend_item<D>(item, s, query, out, k_cache, v_cache, table, scales.query,
+                                scales.out, *tiles);
             continue;
           }
         }
 #endif
-        attend_item<T, Q, BS, D>(item, s, query, out, k_cache, v_cache, table, scale,
+        attend_item<T, Q, BS, D>(item, s, query, out, k_cache, v_cache, table, scales,
                                  scratch.data());
       }
     }
@@ -320,10 +352,10 @@ void run_items(const std::vector<WorkItem>& items, const Shapes& s, const Q* que
 template <typename T, typename Q>
 void dispatch_shapes(const std::vector<WorkItem>& items, const Shapes& s, const Q* query,
                      Q* out, const T* k_cache, const T* v_cache,
-                     const int32_t* block_tables, float scale, int64_t tile_rows,
+                     const int32_t* block_tables, Scales scales, int64_t tile_rows,
                      bool amx_items) {
 #define LLMD_RUN(BS, D)                                                                  \
-  return run_items<T, Q, BS, D>(items, s, query, out, k_cache, v_cache, block_tables, scale, \
+  return run_items<T, Q, BS, D>(items, s, query, out, k_cache, v_cache, block_tables, scales, \
                                 tile_rows, amx_items)
   if (s.block_size == 16 && s.head_dim == 64) LLMD_RUN(16, 64);
   if (s.block_size == 16 && s.head_dim == 128) LLMD_RUN(16, 128);
@@ -331,23 +363,29 @@ void dispatch_shapes(const std::vector<WorkItem>& items, const Shapes& s, const 
 #undef LLMD_RUN
 }
 
-// Attends every work item with queries and outputs of type Q, over either cache dtype.
+// Attends every work item with queries and outputs of type Q, over any cache dtype. The
+// softmax scale and the cache's k/v scales (and fp8's load factor) fold into the queries
+// and the outputs, so the inner loops read the cache as it is.
 template <typename Q>
 void attend_all(const std::vector<WorkItem>& items, const Shapes& s, const at::Tensor& query,
                 at::Tensor& out, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                const at::Tensor& block_tables, double scale, int64_t tile_rows,
-                bool amx_items) {
+                const at::Tensor& block_tables, double scale, double k_scale, double v_scale,
+                int64_t tile_rows, bool amx_items) {
   const Q* q = query.data_ptr<Q>();
   Q* o = out.data_ptr<Q>();
   const int32_t* tables = block_tables.data_ptr<int32_t>();
-  if (k_cache.scalar_type() == at::kFloat) {
-    dispatch_shapes<float, Q>(items, s, q, o, k_cache.data_ptr<float>(),
-                              v_cache.data_ptr<float>(), tables, static_cast<float>(scale),
-                              tile_rows, amx_items);
-  } else {
-    dispatch_shapes<c10::BFloat16, Q>(items, s, q, o, k_cache.data_ptr<c10::BFloat16>(),
-                                      v_cache.data_ptr<c10::BFloat16>(), tables,
-                                      static_cast<float>(scale), tile_rows, amx_items);
+  auto run = [&](auto cache_type) {
+    using T = decltype(cache_type);
+    const Scales scales{static_cast<float>(scale * k_scale) * load_scale<T>(),
+                        static_cast<float>(v_scale) * load_scale<T>()};
+    dispatch_shapes<T, Q>(items, s, q, o, static_cast<const T*>(k_cache.data_ptr()),
+                          static_cast<const T*>(v_cache.data_ptr()), tables, scales, tile_rows,
+                          amx_items);
+  };
+  switch (k_cache.scalar_type()) {
+    case at::kFloat: return run(float{});
+    case at::kBFloat16: return run(c10::BFloat16{});
+    default: return run(c10::Float8_e4m3fn{});
   }
 }
 
@@ -357,14 +395,21 @@ void attend_all(const std::vector<WorkItem>& items, const Shapes& s, const at::T
 void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tensor value,
                      at::Tensor k_cache, at::Tensor v_cache, at::Tensor slot_mapping,
                      at::Tensor block_tables, at::Tensor query_start_loc, at::Tensor seq_lens,
-                     double scale) {
+                     double scale, double k_scale, double v_scale) {
   TORCH_CHECK(query.scalar_type() == out.scalar_type() &&
                   (query.scalar_type() == at::kFloat || query.scalar_type() == at::kBFloat16),
               "query and out must share one dtype, float32 or bfloat16");
-  TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type() &&
-                  key.scalar_type() == k_cache.scalar_type() &&
-                  value.scalar_type() == k_cache.scalar_type(),
-              "key, value and both caches must share one dtype");
+  const auto cache_type = k_cache.scalar_type();
+  TORCH_CHECK(cache_type == at::kFloat || cache_type == at::kBFloat16 ||
+                  cache_type == at::kFloat8_e4m3fn,
+              "cache dtype must be fp32, bf16 or fp8 (e4m3)");
+  TORCH_CHECK(v_cache.scalar_type() == cache_type && value.scalar_type() == key.scalar_type() &&
+                  (key.scalar_type() == cache_type ||
+                   (cache_type == at::kFloat8_e4m3fn && key.scalar_type() == query.scalar_type())),
+              "key, value and both caches must share one dtype (an fp8 cache takes the "
+              "query's dtype and quantizes)");
+  TORCH_CHECK(k_scale > 0 && v_scale > 0 && std::isfinite(k_scale) && std::isfinite(v_scale),
+              "k_scale and v_scale must be positive and finite");
   TORCH_CHECK(out.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous() &&
                   slot_mapping.is_contiguous() && seq_lens.is_contiguous() &&
                   query_start_loc.is_contiguous() && block_tables.stride(1) == 1,
@@ -398,12 +443,7 @@ void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tenso
                   v_cache.size(3) == s.head_dim,
               "cache shapes do not match the CPU layout");
 
-  if (k_cache.scalar_type() == at::kFloat) {
-    store_kv<float>(key, value, k_cache, v_cache, slot_mapping, s);
-  } else {
-    TORCH_CHECK(k_cache.scalar_type() == at::kBFloat16, "cache dtype must be fp32 or bf16");
-    store_kv<c10::BFloat16>(key, value, k_cache, v_cache, slot_mapping, s);
-  }
+  store_step_kv(key, value, k_cache, v_cache, slot_mapping, s, k_scale, v_scale);
 
   // bf16 prefill rows on AMX tiles (16 rows an item) where the CPU and the shapes allow.
   const bool amx_items = tiles_apply(query, k_cache, s);
@@ -428,11 +468,11 @@ void paged_attention(at::Tensor out, at::Tensor query, at::Tensor key, at::Tenso
   std::stable_sort(items.begin(), items.end(),
                    [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
   if (query.scalar_type() == at::kFloat) {
-    attend_all<float>(items, s, query, out, k_cache, v_cache, block_tables, scale, tile_rows,
-                      amx_items);
+    attend_all<float>(items, s, query, out, k_cache, v_cache, block_tables, scale, k_scale,
+                      v_scale, tile_rows, amx_items);
   } else {
     attend_all<c10::BFloat16>(items, s, query, out, k_cache, v_cache, block_tables, scale,
-                              tile_rows, amx_items);
+                              k_scale, v_scale, tile_rows, amx_items);
   }
 }
 
@@ -455,7 +495,8 @@ int64_t parallel_workers() {
 TORCH_LIBRARY(llmd_cpu, m) {
   m.def("paged_attention(Tensor(a!) out, Tensor query, Tensor key, Tensor value, "
         "Tensor(b!) k_cache, Tensor(c!) v_cache, Tensor slot_mapping, Tensor block_tables, "
-        "Tensor query_start_loc, Tensor seq_lens, float scale) -> ()");
+        "Tensor query_start_loc, Tensor seq_lens, float scale, float k_scale=1.0, "
+        "float v_scale=1.0) -> ()");
   m.impl("paged_attention", c10::DispatchKey::CPU, &paged_attention);
   m.def("parallel_workers() -> int", &parallel_workers);
   m.def("set_amx_enabled(bool enabled) -> bool", &set_amx_enabled);

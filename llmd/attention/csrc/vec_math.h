@@ -7,11 +7,14 @@
 #pragma once
 
 #include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace llmd_cpu {
 
@@ -23,6 +26,20 @@ inline float to_float(c10::BFloat16 x) {
   float out;
   std::memcpy(&out, &bits, sizeof(out));
   return out;
+}
+
+// fp8 e4m3 (the KV cache's `fp8`) read as fp16 bit patterns: the byte's exponent and
+// mantissa shifted into an fp16 (5-bit exponent, bias 15) give its value times 2^-8, and
+// its subnormals land on fp16 subnormals, which the hardware converts exactly (F16C). The
+// kernels fold the 2^8 into their scales (kFp8LoadScale), so a load is a shift and a
+// convert (F16C, on every AVX2 CPU). NaN (0x7F) reads as 480: NaN slots lie past every context and are never used.
+constexpr float kFp8LoadScale = 256.0f;
+inline float to_float(c10::Float8_e4m3fn x) {
+  return static_cast<float>(x) / kFp8LoadScale;  // the kernels' scaled domain
+}
+template <typename T>
+constexpr float load_scale() {
+  return std::is_same_v<T, c10::Float8_e4m3fn> ? kFp8LoadScale : 1.0f;
 }
 
 // 8 floats as one generic vector: a ymm register with AVX2 or AVX-512 (-march=native).
@@ -40,6 +57,20 @@ inline vec8 load8(const c10::BFloat16* p) {
   return out;
 }
 inline void store8(float* p, vec8 v) { *reinterpret_cast<vec8u*>(p) = v; }
+// fp8 bytes -> the fp16 bit patterns described above (16 lanes of 16 bits): sign-extended
+// and shifted by 7, the sign lands on bit 15 (and a copy on bit 14, cleared), exponent and
+// mantissa on bits 13..7.
+inline __m256i fp8_as_fp16_bits(__m128i bytes) {
+  const __m256i words = _mm256_slli_epi16(_mm256_cvtepi8_epi16(bytes), 7);
+  return _mm256_and_si256(words, _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
+}
+inline vec8 load8(const c10::Float8_e4m3fn* p) {
+  const __m256i bits = fp8_as_fp16_bits(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256 out = _mm256_cvtph_ps(_mm256_castsi256_si128(bits));  // F16C
+  vec8 v;
+  std::memcpy(&v, &out, sizeof(v));
+  return v;
+}
 
 typedef int32_t int8v __attribute__((vector_size(32)));
 constexpr vec8 kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7};
@@ -118,6 +149,20 @@ inline vec16 load16(const c10::BFloat16* p) {
   return out;
 }
 inline void store16(float* p, vec16 v) { *reinterpret_cast<vec16u*>(p) = v; }
+inline vec16 load16(const c10::Float8_e4m3fn* p) {
+  const __m256i bits = fp8_as_fp16_bits(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  vec16 v;
+#ifdef __AVX512F__
+  const __m512 out = _mm512_cvtph_ps(bits);
+  std::memcpy(&v, &out, sizeof(v));
+#else  // AVX2 + F16C: two 8-lane conversions
+  const __m256 low = _mm256_cvtph_ps(_mm256_castsi256_si128(bits));
+  const __m256 high = _mm256_cvtph_ps(_mm256_extracti128_si256(bits, 1));
+  std::memcpy(&v, &low, sizeof(low));
+  std::memcpy(reinterpret_cast<char*>(&v) + sizeof(low), &high, sizeof(high));
+#endif
+  return v;
+}
 
 typedef int32_t int16v __attribute__((vector_size(64)));
 inline vec16 exp16(vec16 x) { return exp_lanes<vec16, int16v>(x); }

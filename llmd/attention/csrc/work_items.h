@@ -23,4 +23,11 @@ struct Shapes {
   int64_t q_token_stride, k_token_stride, v_token_stride;  // elements between two tokens
 };
 
+// Factors folded into the queries (softmax scale x k scale) and into the outputs (v scale),
+// each times the cache type's load factor (fp8 reads as value / 256, see vec_math.h).
+struct Scales {
+  float query;
+  float out;
+};
+
 }  // namespace llmd_cpu
