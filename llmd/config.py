@@ -37,10 +37,10 @@ class EngineConfig:
     """auto (cuda when available), cpu or cuda."""
     kv_cache_dtype: str = "auto"
     """KV cache element type: auto (the model's dtype), float32, bfloat16, or fp8 (fp8_e4m3:
-    e4m3 with k/v scales of 1.0). Another type than the model's needs the cpu attention
-    backend: bfloat16 under float32 activations halves the bytes decode attention reads,
-    fp8 halves bf16's (K/V quantized by the op, saturating at +-448); attention still
-    computes in float32."""
+    e4m3 with the checkpoint's k/v scales, else 1.0). Another type than the model's needs
+    the cpu attention backend: bfloat16 under float32 activations halves the bytes decode
+    attention reads, fp8 halves bf16's (K/V quantized by the op, saturating at +-448);
+    attention still computes in float32."""
     block_size: int = 16
     """Tokens per KV-cache block (the paging granularity)."""
     kv_cache_memory_gib: float = 1.0

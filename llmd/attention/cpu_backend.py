@@ -52,8 +52,11 @@ class CpuAttentionBackend(AttentionBackend):
         query, metadata = inputs.query, inputs.metadata
         op_dtype = query.dtype if query.dtype in CPU_OP_DTYPES else torch.float32
         cache_dtype = inputs.k_cache.dtype
-        # An fp8 cache takes K/V in the op's dtype and quantizes them itself.
-        kv_dtype = op_dtype if cache_dtype == torch.float8_e4m3fn else cache_dtype
+        # An fp8 cache takes K/V in the op's dtype and quantizes them with the layer's
+        # scales; other caches hold K/V themselves (scales 1.0).
+        is_fp8 = cache_dtype == torch.float8_e4m3fn
+        kv_dtype = op_dtype if is_fp8 else cache_dtype
+        k_scale, v_scale = (inputs.k_scale, inputs.v_scale) if is_fp8 else (1.0, 1.0)
         out = torch.empty(query.shape, dtype=op_dtype)  # [num_tokens, heads, head_dim]
         self._op(
             out,
@@ -67,8 +70,8 @@ class CpuAttentionBackend(AttentionBackend):
             metadata.query_start_loc,
             metadata.seq_lens,
             inputs.scale,
-            inputs.k_scale,
-            inputs.v_scale,
+            k_scale,
+            v_scale,
         )
         return out if op_dtype == query.dtype else out.to(query.dtype)
 

@@ -32,6 +32,6 @@ class AttentionInputs:
     scale: float
     """Softmax scale applied to q.K (usually head_dim ** -0.5)."""
     k_scale: float = 1.0
-    """An fp8 cache holds key / k_scale (other caches hold the keys themselves: 1.0)."""
+    """An fp8 cache holds key / k_scale (other caches hold the keys themselves and ignore it)."""
     v_scale: float = 1.0
-    """An fp8 cache holds value / v_scale (1.0 for other caches)."""
+    """An fp8 cache holds value / v_scale (other caches ignore it)."""

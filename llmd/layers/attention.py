@@ -49,6 +49,8 @@ class PagedSelfAttention(nn.Module):
         """An fp8 KV cache holds key / k_scale (1.0 unless the checkpoint gives a scale)."""
         self.v_scale = 1.0
         """An fp8 KV cache holds value / v_scale."""
+        self.has_kv_scales = False
+        """Whether the checkpoint gave k_scale / v_scale (fp8 KV checkpoints do)."""
         self.backend = attention_backend
         self.qkv_proj = nn.Linear(hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
         self.o_proj = nn.Linear(self.q_size, hidden_size, bias=o_bias)

@@ -23,6 +23,15 @@ FUSED_SHARDS: dict[str, tuple[str, int]] = {
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached")
 """Derived buffers some checkpoints carry; llmd recomputes them."""
 
+KV_SCALE_SUFFIXES = {
+    "self_attn.k_scale": ("self_attn", "k_scale"),
+    "self_attn.v_scale": ("self_attn", "v_scale"),
+    "self_attn.k_proj.output_scale": ("self_attn", "k_scale"),
+    "self_attn.v_proj.output_scale": ("self_attn", "v_scale"),
+}
+"""An fp8 KV checkpoint's per-layer scales (compressed-tensors' names, and llm-compressor's
+older output_scale ones) -> (attention module, attribute): the cache holds K / k_scale."""
+
 _MAX_NAMES_SHOWN = 8
 
 
@@ -51,6 +60,8 @@ class WeightLoader:
         if name == "lm_head.weight" and self._skip_lm_head:
             self.loaded_names.add(name)
             return
+        if self._load_kv_scale(name, tensor):
+            return
         param_name, shard_id = self._resolve(name)
         param = self.params.get(param_name)
         if param is None:
@@ -75,6 +86,24 @@ class WeightLoader:
             target.copy_(tensor)
         self.loaded_names.add(name)
         self._loaded_shards.setdefault(param_name, set()).add(shard_id or 0)
+
+    def _load_kv_scale(self, name: str, tensor: torch.Tensor) -> bool:
+        """Set a layer's KV-cache scale from `name` if it is one; whether it was."""
+        for suffix, (module_name, attribute) in KV_SCALE_SUFFIXES.items():
+            if not name.endswith("." + suffix):
+                continue
+            layer = self.model.get_submodule(name[: -len(suffix)] + module_name)
+            value = float(tensor.float().reshape(-1)[0]) if tensor.numel() == 1 else None
+            if value is None or not value > 0 or value == float("inf"):
+                raise UnsupportedModelError(
+                    f"checkpoint KV scale {name!r} must be one positive finite number",
+                    "model",
+                )
+            setattr(layer, attribute, value)
+            layer.has_kv_scales = True
+            self.loaded_names.add(name)
+            return True
+        return False
 
     def check_complete(self) -> None:
         """Raise naming every parameter (or fused shard) the checkpoint did not provide."""

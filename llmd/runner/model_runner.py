@@ -56,6 +56,12 @@ from llmd.sampling_params import MAX_LOGPROBS, SamplingParams
 __all__ = ["ModelRunner", "RunnerOutput"]
 
 logger = logging.getLogger(__name__)
+
+
+def has_kv_scales(model: torch.nn.Module) -> bool:
+    """Whether the checkpoint gave every attention layer its fp8 KV scales."""
+    flags = [module.has_kv_scales for module in model.modules() if hasattr(module, "has_kv_scales")]
+    return bool(flags) and all(flags)
 MIB = 1024**2
 
 
@@ -94,10 +100,10 @@ class ModelRunner:
             torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else 0
         )
         self.model = load_model(model_path, hf_config, self.backend, self.dtype, self.device)
-        if self.kv_dtype == torch.float8_e4m3fn:
+        if self.kv_dtype == torch.float8_e4m3fn and not has_kv_scales(self.model):
             logger.warning(
-                "fp8 KV cache with k/v scales of 1.0 (llmd reads no KV scales from "
-                "checkpoints yet): keys and values beyond +-448 saturate"
+                "fp8 KV cache with k/v scales of 1.0 (the checkpoint gives none): keys and "
+                "values beyond +-448 saturate"
             )
         self.kernel_config = KernelConfig.for_backend(self.backend, self.device)
         configure_kernels(self.model, self.kernel_config)

@@ -9,7 +9,9 @@ compared with HF in bfloat16 under a written tolerance rule (see `check_bf16_tok
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 from collections.abc import Callable
 
 import pytest
@@ -256,3 +258,30 @@ def test_bf16_rule_rejects_a_clear_divergence():
     check_bf16_tokens([7, 1, 5], [7, 2, 6], torch.stack([far, near, far]), lambda step: far)
     with pytest.raises(AssertionError, match="step 1"):
         check_bf16_tokens([7, 1], [7, 2], torch.stack([near, far]), lambda step: far)
+
+
+def test_checkpoint_kv_scales_apply_to_an_fp8_cache_only(tmp_path):
+    """A checkpoint's KV scales change what an fp8 cache stores (the output moves with
+    them) and leave a bf16 or fp32 cache's output exactly as without them."""
+    from safetensors.torch import load_file, save_file
+
+    path = make_tiny_model(tmp_path / "plain", "llama")
+    scaled = tmp_path / "scaled"
+    shutil.copytree(path, scaled)
+    tensors = load_file(scaled / "model.safetensors")
+    num_layers = json.loads((scaled / "config.json").read_text())["num_hidden_layers"]
+    for layer in range(num_layers):
+        tensors[f"model.layers.{layer}.self_attn.k_scale"] = torch.tensor(0.01)
+        tensors[f"model.layers.{layer}.self_attn.v_scale"] = torch.tensor(0.01)
+    save_file(tensors, scaled / "model.safetensors")
+    prompts = [[5, 9, 14, 3, 8, 21, 30], [7, 7, 2]]
+
+    def texts(model_path, **kwargs):
+        llm = LLM(str(model_path), device="cpu", dtype="float32", attention_backend="cpu", **kwargs)
+        logprobs = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, logprobs=0)
+        outputs = llm.generate(prompts, logprobs)
+        return [[entry.logprob for entry in output.logprobs] for output in outputs]
+
+    assert texts(scaled) == texts(path)  # fp32 cache: the scales are not used
+    plain_fp8, scaled_fp8 = texts(path, kv_cache_dtype="fp8"), texts(scaled, kv_cache_dtype="fp8")
+    assert plain_fp8 != scaled_fp8  # 1/0.01 = 100x larger stored values: other roundings

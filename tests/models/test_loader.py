@@ -183,3 +183,36 @@ def test_mistral_sliding_window_caps_max_model_len():
     )
     shape = model_shape(config)
     assert shape.sliding_window == 128 and shape.max_model_len == 128
+
+
+def test_fp8_kv_scales_are_read_from_the_checkpoint_and_checked(tmp_path):
+    """compressed-tensors' `self_attn.k_scale` / `v_scale` (and llm-compressor's older
+    `k_proj.output_scale` names) set each layer's scales; a bad one is named."""
+    source = make_tiny_checkpoint("llama", tmp_path / "plain")
+    num_layers = json.loads((source / "config.json").read_text())["num_hidden_layers"]
+
+    def add_scales(tensors, old_names=False):
+        for layer in range(num_layers):
+            prefix = f"model.layers.{layer}.self_attn."
+            k_name, v_name = ("k_proj.output_scale", "v_proj.output_scale") if old_names else (
+                "k_scale", "v_scale"
+            )
+            tensors[prefix + k_name] = torch.tensor(0.25 * (layer + 1))
+            tensors[prefix + v_name] = torch.tensor([2.0])
+
+    for old_names in (False, True):
+        target = tmp_path / f"scaled-{old_names}"
+        rewrite_weights(source, target, lambda tensors, old=old_names: add_scales(tensors, old))
+        layers = [m for m in load(target).modules() if hasattr(m, "has_kv_scales")]
+        assert len(layers) == num_layers
+        assert [layer.k_scale for layer in layers] == [0.25 * (i + 1) for i in range(num_layers)]
+        assert all(layer.v_scale == 2.0 and layer.has_kv_scales for layer in layers)
+    plain = [m for m in load(source).modules() if hasattr(m, "has_kv_scales")]
+    assert all(m.k_scale == m.v_scale == 1.0 and not m.has_kv_scales for m in plain)
+
+    def bad_scale(tensors):
+        tensors["model.layers.0.self_attn.k_scale"] = torch.tensor(-1.0)
+
+    rewrite_weights(source, tmp_path / "bad", bad_scale)
+    with pytest.raises(UnsupportedModelError, match=r"self_attn\.k_scale"):
+        load(tmp_path / "bad")
