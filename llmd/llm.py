@@ -16,12 +16,14 @@ from llmd.engine.request import FinishReason, Request
 from llmd.engine.text_stream import Detokenizer, TextStream, is_ended_on_token
 from llmd.errors import InvalidParameterError
 from llmd.llm_engine import LLMEngine
+from llmd.offline_tools import offline_tool_plan, tool_prompt_ids, with_forced_call, with_tool_calls
 from llmd.outputs import RequestMetrics, RequestOutput, TokenLogprob
 from llmd.protocol.errors import RequestFailedError
 from llmd.sampling_params import SamplingParams
 
 Prompt = str | list[int]
-Message = dict[str, str]
+Message = dict[str, Any]
+"""A chat turn: role and content; an assistant's `tool_calls`, a tool's `tool_call_id`."""
 
 
 @dataclass
@@ -84,12 +86,31 @@ class LLM:
         self,
         conversations: Sequence[Message] | Sequence[Sequence[Message]],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        parallel_tool_calls: bool | None = None,
+        tool_call_parser: str = "auto",
     ) -> list[RequestOutput]:
-        """Apply the tokenizer's chat template to each conversation and generate replies."""
+        """Apply the tokenizer's chat template to each conversation and generate replies.
+
+        With `tools` (OpenAI's function-tool maps) and `tool_choice` (none, auto, required
+        or `{"type": "function", "function": {"name": ...}}`), each output's `tool_calls`
+        holds the parsed calls: a forced choice is grammar-enforced, `auto` is parsed by
+        the model family's format (`tool_call_parser`: auto, hermes or llama3).
+        """
         if conversations and isinstance(conversations[0], dict):
             conversations = [conversations]  # type: ignore[list-item]
-        prompts = [self.tokenizer.apply_chat_template(list(c)) for c in conversations]
-        return self.generate(prompts, params)
+        tokenizer = self.tokenizer
+        plan = offline_tool_plan(
+            tokenizer, tools, tool_choice, parallel_tool_calls, tool_call_parser
+        )
+        prompts: list[Prompt] = [
+            tool_prompt_ids(tokenizer, list(c), plan)  # type: ignore[arg-type]
+            for c in conversations
+        ]
+        params_list = [with_forced_call(p, plan) for p in _normalize_params(params, len(prompts))]
+        outputs = self.generate(prompts, params_list)
+        return [with_tool_calls(output, plan) for output in outputs]
 
     def stream(
         self,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from llmd.engine.ended_request import EndedRequest
 from llmd.engine.request import Request
+from llmd.tools.reply_delta import ToolCall
 from llmd.wait_breakdown import WaitBreakdown
 
 
@@ -124,3 +125,8 @@ class RequestOutput:
     """The stop token id or stop string that ended generation, if any."""
     metrics: RequestMetrics
     logprobs: list[TokenLogprob] | None = None
+    tool_calls: list[ToolCall] | None = None
+    """With tools (`LLM.chat(tools=...)`): the calls parsed from `text`, in order (possibly
+    none); None when no tools were offered."""
+    content: str | None = None
+    """With tools: `text` less its calls (None when the reply is only calls); None without."""

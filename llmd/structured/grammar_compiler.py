@@ -73,6 +73,9 @@ class GrammarCompiler:
         self._max_cached = max_cached
         self.compile_delay_s = compile_delay_s
         """Added to every compile (tests stand in a slow grammar with it)."""
+        self.compile_gate: threading.Event | None = None
+        """When set, every compile first waits for this event: tests and benchmarks hold a
+        compile pending for exactly as long as they need, with no timing assumption."""
         self.num_compiles = 0
         self.num_cache_hits = 0
 
@@ -99,6 +102,8 @@ class GrammarCompiler:
         import llguidance
 
         started = time.perf_counter()
+        if self.compile_gate is not None:
+            self.compile_gate.wait()
         if self.compile_delay_s:
             time.sleep(self.compile_delay_s)
         source = grammar_source(spec)
