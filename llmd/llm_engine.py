@@ -434,8 +434,10 @@ class LLMEngine:
     ) -> EngineSnapshot:
         """The live state between two steps: queues, KV use and what `scope` asks for (by
         default nothing more). Only the thread that steps may call it, as the scheduler
-        changes during a step; `recent` are finished requests the caller kept, for rows."""
-        return collect_snapshot(self.scheduler, scope or SnapshotScope(), recent)
+        changes during a step; `recent` are finished requests the caller kept, for rows;
+        the grammar figures are zeros until the first constrained request."""
+        grammar = None if self.grammars is None else self.grammars.section()
+        return collect_snapshot(self.scheduler, scope or SnapshotScope(), recent, grammar)
 
 
 def _samples_constrained(plan: SchedulerOutput) -> bool:

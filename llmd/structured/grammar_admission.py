@@ -16,7 +16,8 @@ from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.engine.step_result import RequestUpdate
-from llmd.structured.compiling_requests import CompilingRequests
+from llmd.protocol.grammar_section import GrammarSection
+from llmd.structured.compiling_requests import CompilingRequests, GrammarTimeoutError
 from llmd.structured.grammar_compiler import GrammarCompiler
 from llmd.structured.step_bitmask import build_step_bitmask
 
@@ -35,14 +36,14 @@ class GrammarAdmission:
         self.compiler = GrammarCompiler(make_tokenizer)
         self.compiling = CompilingRequests(GRAMMAR_COMPILE_TIMEOUT_S)
         self.vocab_size = vocab_size
-        self.num_requests = 0
-        """Constrained requests received."""
+        self.stats = self.compiler.stats
+        """Requests by kind, compiles, cache hits, failures and timeouts (for snapshots)."""
 
     def add(self, request: Request, scheduler: Scheduler, now: float) -> None:
         """Admit `request` at once if its grammar is compiled, else hold it until it is."""
         spec = request.sampling_params.structured_outputs
         assert spec is not None  # the engine checks
-        self.num_requests += 1
+        self.stats.record_request(spec.kind)
         future = self.compiler.submit(spec)
         if future.done() and future.exception() is None:
             request.grammar = future.result().new_matcher()
@@ -60,6 +61,8 @@ class GrammarAdmission:
             scheduler.add_request(request, now)
         updates = []
         for request, error in failed:
+            if isinstance(error, GrammarTimeoutError):
+                self.stats.record_timeout()
             logger.info("request %s: grammar failed: %s", request.request_id, error)
             request.finish(FinishReason.ERROR, now)
             request.error_message = f"{type(error).__name__}: {error}"
@@ -76,6 +79,10 @@ class GrammarAdmission:
     def attach_masks(self, plan: SchedulerOutput) -> None:
         """Fill the plan's grammar masks from its requests' matchers (just before launch)."""
         plan.grammar_bitmask = build_step_bitmask(plan, self.vocab_size)
+
+    def section(self) -> GrammarSection:
+        """The structured-output figures now, for the engine's snapshot."""
+        return self.stats.section(len(self.compiling))
 
     def wait_if_idle(self) -> None:
         """Nothing to run but compiles: wait briefly for one instead of spinning."""

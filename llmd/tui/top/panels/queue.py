@@ -30,7 +30,7 @@ class QueuePanel(Panel):
         label_width = 10 if width >= 30 else 5
         spark_width = max(0, width - label_width - 6)
         growth = queue.waiting_growth_per_s
-        num_notes = 1 if growth is None else 2
+        num_notes = (1 if growth is None else 2) + (queue.waiting_for_grammar is not None)
         rows = max(1, (height - num_notes) // len(series))  # a tall panel: taller sparklines
         lines = []
         for name, (count, history) in series.items():
@@ -52,6 +52,9 @@ class QueuePanel(Panel):
             else f"preempt {total} ({recent} new)"
         )
         lines.append(Text(preemptions, style="dim"))
+        if queue.waiting_for_grammar is not None:
+            label = "waiting for grammar" if is_wide else "grammar"
+            lines.append(Text(f"{label} {queue.waiting_for_grammar}", style="dim"))
         for line in lines:
             line.truncate(width, overflow="ellipsis")
         return join_lines(lines, height)
