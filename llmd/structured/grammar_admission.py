@@ -16,9 +16,9 @@ from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.engine.step_result import RequestUpdate
-from llmd.protocol.grammar_section import GrammarSection
 from llmd.structured.compiling_requests import CompilingRequests, GrammarTimeoutError
 from llmd.structured.grammar_compiler import GrammarCompiler
+from llmd.structured.grammar_stats import GrammarStats
 from llmd.structured.step_bitmask import build_step_bitmask
 
 logger = logging.getLogger(__name__)
@@ -32,8 +32,10 @@ IDLE_WAIT_S = 0.01
 class GrammarAdmission:
     """Compiles constrained requests' grammars and admits them when ready."""
 
-    def __init__(self, make_tokenizer: Callable[[], Any], vocab_size: int) -> None:
-        self.compiler = GrammarCompiler(make_tokenizer)
+    def __init__(
+        self, make_tokenizer: Callable[[], Any], vocab_size: int, stats: GrammarStats | None = None
+    ) -> None:
+        self.compiler = GrammarCompiler(make_tokenizer, stats=stats)
         self.compiling = CompilingRequests(GRAMMAR_COMPILE_TIMEOUT_S)
         self.vocab_size = vocab_size
         self.stats = self.compiler.stats
@@ -79,10 +81,6 @@ class GrammarAdmission:
     def attach_masks(self, plan: SchedulerOutput) -> None:
         """Fill the plan's grammar masks from its requests' matchers (just before launch)."""
         plan.grammar_bitmask = build_step_bitmask(plan, self.vocab_size)
-
-    def section(self) -> GrammarSection:
-        """The structured-output figures now, for the engine's snapshot."""
-        return self.stats.section(len(self.compiling))
 
     def wait_if_idle(self) -> None:
         """Nothing to run but compiles: wait briefly for one instead of spinning."""

@@ -93,6 +93,16 @@ class GrammarCompiler:
             self._cache.popitem(last=False)
         return future
 
+    @property
+    def num_compiles(self) -> int:
+        """Compiles started since start (the cache's misses)."""
+        return self.stats.num_compiles
+
+    @property
+    def num_cache_hits(self) -> int:
+        """Lookups served by a compiled or compiling grammar since start."""
+        return self.stats.num_cache_hits
+
     def close(self) -> None:
         """Stop the pool; compiles under way finish, queued ones are dropped."""
         self._pool.shutdown(wait=False, cancel_futures=True)
