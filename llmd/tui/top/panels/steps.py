@@ -45,7 +45,7 @@ class StepsPanel(Panel):
         prose += phase_legend
         grammar = steps.grammar
         if grammar is not None:
-            prose.append(_grammar_line(grammar))
+            prose.append(_grammar_line(grammar, is_wide=width >= 60))
         if steps.prefill_time_share is not None:
             share = steps.prefill_time_share
             line = Text("forward ", style="dim")
@@ -95,15 +95,20 @@ class StepsPanel(Panel):
         return [line, legend]
 
 
-def _grammar_line(grammar: GrammarView) -> Text:
+def _grammar_line(grammar: GrammarView, is_wide: bool) -> Text:
     """Constrained requests, compiles (and cache hits), compile-time percentiles, failures."""
     line = Text("grammar ", style="dim")
     line.append(f"{grammar.num_requests} req", style="bold bright_yellow")
-    line.append(f" · {grammar.num_compiles} compiled, {grammar.num_cache_hits} cached", style="dim")
+    if is_wide:
+        compiles = f" · {grammar.num_compiles} compiled, {grammar.num_cache_hits} cached"
+    else:
+        compiles = f" · {grammar.num_compiles} compiled"
+    line.append(compiles, style="dim")
     if grammar.compile_p50_s is not None:
+        p90 = f" {fmt_seconds(grammar.compile_p90_s)} p90" if is_wide else ""
         line.append(
-            f" · compile {fmt_seconds(grammar.compile_p50_s)} p50"
-            f" {fmt_seconds(grammar.compile_p90_s)} p90 {fmt_seconds(grammar.compile_p99_s)} p99",
+            f" · compile {fmt_seconds(grammar.compile_p50_s)} p50{p90}"
+            f" {fmt_seconds(grammar.compile_p99_s)} p99",
             style="dim",
         )
     if grammar.num_failed:
