@@ -34,6 +34,7 @@ from llmd.runner.pending_step import RunnerOutput
 from llmd.sampling_params import SamplingParams
 from llmd.structured.grammar_admission import GrammarAdmission
 from llmd.structured.grammar_compiler import build_llg_tokenizer
+from llmd.structured.grammar_stats import GrammarStats
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ class LLMEngine:
         )
         self.grammars: GrammarAdmission | None = None
         """Structured outputs: compiles and admits constrained requests (made on first use)."""
+        self.grammar_stats = GrammarStats()
+        """Constrained requests, compiles and their times since start (zeros until used)."""
         self._in_flight: LaunchedStep | None = None
         """The pipelined step's launched plan, applied by the next step (async scheduling)."""
         self._finished_last_step: set[str] = set()
@@ -196,7 +199,9 @@ class LLMEngine:
             )
         check_servable(request, self.max_model_len, self.block_manager)
         if self.grammars is None:
-            self.grammars = GrammarAdmission(self._grammar_tokenizer, self.shape.vocab_size)
+            self.grammars = GrammarAdmission(
+                self._grammar_tokenizer, self.shape.vocab_size, self.grammar_stats
+            )
         self.grammars.add(request, self.scheduler, time.monotonic())
 
     def _grammar_tokenizer(self):
@@ -434,8 +439,11 @@ class LLMEngine:
     ) -> EngineSnapshot:
         """The live state between two steps: queues, KV use and what `scope` asks for (by
         default nothing more). Only the thread that steps may call it, as the scheduler
-        changes during a step; `recent` are finished requests the caller kept, for rows."""
-        return collect_snapshot(self.scheduler, scope or SnapshotScope(), recent)
+        changes during a step; `recent` are finished requests the caller kept, for rows;
+        the grammar figures are zeros until the first constrained request."""
+        num_compiling = 0 if self.grammars is None else len(self.grammars.compiling)
+        grammar = self.grammar_stats.section(num_compiling)
+        return collect_snapshot(self.scheduler, scope or SnapshotScope(), recent, grammar)
 
 
 def _samples_constrained(plan: SchedulerOutput) -> bool:

@@ -204,6 +204,7 @@ class StatsPublisher:
             self.metrics.snapshot(),
             queue=None if engine is None else engine.queue,
             kv=None if engine is None else engine.kv,
+            grammar=None if engine is None else engine.grammar,
         )
         if engine is None:
             return base, SnapshotParts({}, None, None, None, None)

@@ -8,7 +8,7 @@ are the protocol's own types (`llmd.protocol.engine_sections`), re-exported here
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmd.protocol.engine_sections import (
     EngineFacts,
@@ -17,6 +17,7 @@ from llmd.protocol.engine_sections import (
     RequestRow,
     RequestTimeline,
 )
+from llmd.protocol.grammar_section import GrammarSection
 
 
 @dataclass(frozen=True)
@@ -72,12 +73,15 @@ class EngineSnapshot:
     block_map: BlockMapCopy | None = None
     backlog_tokens: int | None = None
     """Prompt tokens still to prefill over every waiting and running request (if asked)."""
+    grammar: GrammarSection = field(default_factory=GrammarSection)
+    """Structured outputs: constrained requests, compiles and the compile queue now."""
 
 
 __all__ = [
     "BlockMapCopy",
     "EngineFacts",
     "EngineSnapshot",
+    "GrammarSection",
     "KVUsage",
     "Prefilling",
     "QueueCounts",

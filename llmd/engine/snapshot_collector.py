@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from llmd.engine.engine_snapshot import (
     BlockMapCopy,
     EngineSnapshot,
+    GrammarSection,
     KVUsage,
     Prefilling,
     QueueCounts,
@@ -27,12 +28,15 @@ from llmd.engine.scheduler import Scheduler
 
 
 def collect_snapshot(
-    scheduler: Scheduler, scope: SnapshotScope, recent: Iterable[Request] = ()
+    scheduler: Scheduler,
+    scope: SnapshotScope,
+    recent: Iterable[Request] = (),
+    grammar: GrammarSection | None = None,
 ) -> EngineSnapshot:
     """The state of `scheduler` (and its block manager) now.
 
     `recent` are recently finished requests, newest last, that the caller kept: their rows
-    and timelines are included as asked.
+    and timelines are included as asked; `grammar` is the structured-output figures.
     """
     now = time.monotonic()
     recent = list(recent)
@@ -94,4 +98,5 @@ def collect_snapshot(
         timelines=tuple(timelines),
         block_map=block_map,
         backlog_tokens=backlog,
+        grammar=grammar or GrammarSection(),
     )

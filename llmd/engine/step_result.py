@@ -103,6 +103,7 @@ def step_stats(
         prepare_s=output.prepare_s,
         forward_s=output.forward_s,
         sample_s=output.sample_s,
+        grammar_s=0.0 if plan.grammar_bitmask is None else plan.grammar_bitmask.fill_s,
         total_s=finished_at - started,
         kv_context_tokens=kv_context_tokens,
         num_sampling_seqs=sum(1 for chunk in plan.chunks if chunk.is_sampling),

@@ -1,7 +1,7 @@
 """What one engine step did and how long each phase took (no torch).
 
 The daemon's metrics and `llmd top` read these to separate prefill from decode work and
-to show where step time goes: schedule, prepare, forward, sample.
+to show where step time goes: schedule, grammar, prepare, forward, sample.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ class StepStats:
     """Context tokens whose K/V were read by attention this step (bandwidth accounting)."""
     num_sampling_seqs: int = 0
     """Sequences that sampled a token this step: the rows the output projection ran on."""
+    grammar_s: float = 0.0
+    """Host time filling the step's grammar masks (structured outputs), after scheduling
+    and before `prepare_s`; zero for a step without a constrained row."""
     device_gap_s: float | None = None
     """Device idle time from the previous step's end to this step's start, from CUDA
     events (None on CPU): the host gap the device really saw, measured the same way with

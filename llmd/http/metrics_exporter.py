@@ -1,7 +1,8 @@
 """GET /metrics: one daemon stats snapshot in the Prometheus text format.
 
 The figures are the ones `llmd status --json` and `llmd top` read (the same snapshot),
-rendered by prometheus_client under vLLM's names with an `llmd:` prefix.
+rendered by prometheus_client under vLLM's names with an `llmd:` prefix (llmd's own names
+where vLLM has no equivalent: structured outputs' grammars, the step's phases).
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from llmd.metrics.serving_metrics import STEP_PHASES
+from llmd.protocol.grammar_section import GrammarSection
 from llmd.protocol.metrics_sections import HistogramData
 from llmd.protocol.stats_snapshot import StatsSnapshot
+from llmd.structured_outputs import KINDS
 from llmd.wait_breakdown import WAIT_REASONS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -38,6 +42,9 @@ _GAUGES: tuple[tuple[str, str, Reader], ...] = (
      lambda s: None if s.queue is None else s.queue.preempted),
     ("kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0-1).",
      lambda s: None if s.kv is None else s.kv.usage),
+    ("num_requests_waiting_for_grammar",
+     "Structured-output requests waiting for their grammar to compile.",
+     lambda s: None if s.grammar is None else s.grammar.num_waiting),
 )  # fmt: skip
 _COUNTERS: tuple[tuple[str, str, Reader], ...] = (
     ("prompt_tokens", "Prompt tokens computed (prefill).", lambda s: s.totals.prompt_tokens),
@@ -48,6 +55,15 @@ _COUNTERS: tuple[tuple[str, str, Reader], ...] = (
      lambda s: None if s.kv is None else s.kv.prefix_query_tokens),
     ("prefix_cache_hits", "Prompt tokens served from the cache.",
      lambda s: None if s.kv is None else s.kv.prefix_hit_tokens),
+    ("steps", "Engine steps run.", lambda s: s.totals.steps),
+    ("grammar_cache_hits", "Constrained requests whose grammar was compiled or compiling.",
+     lambda s: None if s.grammar is None else s.grammar.num_cache_hits),
+    ("grammar_cache_misses", "Constrained requests that started a grammar compile.",
+     lambda s: None if s.grammar is None else s.grammar.num_compiles),
+    ("grammar_compile_failures", "Grammar compiles that failed.",
+     lambda s: None if s.grammar is None else s.grammar.num_compile_failures),
+    ("grammar_compile_timeouts", "Requests failed because their grammar compile timed out.",
+     lambda s: None if s.grammar is None else s.grammar.num_compile_timeouts),
 )  # fmt: skip
 _HISTOGRAMS = (
     ("ttft", "time_to_first_token_seconds", "Arrival to first token."),
@@ -97,12 +113,44 @@ class SnapshotCollector(Collector):
         for reason in WAIT_REASONS:
             waits.add_metric([*model, reason], totals.wait_s.get(reason, 0.0))
         yield waits
+        phases = CounterMetricFamily(
+            self.prefix + "step_phase_seconds",
+            "Seconds of engine steps by phase (grammar: filling structured outputs' masks).",
+            labels=[*labels, "phase"],
+        )
+        for phase in STEP_PHASES:
+            phases.add_metric([*model, phase], totals.phase_s.get(phase, 0.0))
+        yield phases
+        if self.snapshot.grammar is not None:
+            yield from self._grammar_families(self.snapshot.grammar, labels, model)
         for key, name, doc in _HISTOGRAMS:
             data = self.snapshot.histograms.get(key)
             if data is not None:
                 histogram = HistogramMetricFamily(self.prefix + name, doc, labels=labels)
                 histogram.add_metric(model, _cumulative_buckets(data), data.sum)
                 yield histogram
+
+    def _grammar_families(
+        self, grammar: GrammarSection, labels: list[str], model: list[str]
+    ) -> Iterator[Metric]:
+        """Structured-output requests by kind and the grammar compile-time histogram."""
+        requests = CounterMetricFamily(
+            self.prefix + "structured_output_requests",
+            "Requests with structured outputs, by constraint kind.",
+            labels=[*labels, "kind"],
+        )
+        for kind in sorted(set(KINDS) | set(grammar.requests_by_kind)):
+            requests.add_metric([*model, kind], grammar.requests_by_kind.get(kind, 0))
+        yield requests
+        data = grammar.compile_histogram
+        if data is not None:
+            histogram = HistogramMetricFamily(
+                self.prefix + "grammar_compile_time_seconds",
+                "Seconds to compile a grammar (successful compiles).",
+                labels=labels,
+            )
+            histogram.add_metric(model, _cumulative_buckets(data), data.sum)
+            yield histogram
 
 
 def render(snapshot: StatsSnapshot) -> bytes:

@@ -20,6 +20,11 @@ TOKEN_COUNT_BUCKETS = (
     1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000,
 )  # fmt: skip
 """Upper bounds for prompt and generation length histograms."""
+COMPILE_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0,
+)  # fmt: skip
+"""Upper bounds (seconds) for grammar compile times, from 100 us to the compile limit."""
 
 
 class BucketHistogram:

@@ -27,7 +27,8 @@ from llmd.protocol.metrics_sections import (
 from llmd.wait_breakdown import WAIT_REASONS
 
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
-STEP_PHASES = ("schedule", "prepare", "forward", "sample", "idle_gap")
+STEP_PHASES = ("schedule", "grammar", "prepare", "forward", "sample", "idle_gap")
+"""In the order a step runs them; `grammar` fills structured outputs' token masks."""
 COMPLETED_REASONS = ("stop", "length")
 LIFETIME_LATENCY_NAMES = ("ttft", "tpot", "itl", "e2e", "queue", "prefill", "decode")
 LIFETIME_LENGTH_NAMES = ("prompt_tokens", "generation_tokens")
@@ -96,8 +97,7 @@ class ServingMetrics:
             self._step_time.add(stats.total_s, now)
             self._prompt_tokens.add(stats.num_prefill_tokens, now)
             self._generation_tokens.add(num_generated_tokens, now)
-            durations = (stats.schedule_s, stats.prepare_s, stats.forward_s, stats.sample_s)
-            for phase, seconds in zip(STEP_PHASES, (*durations, idle_gap_s)):
+            for phase, seconds in _phase_seconds(stats, idle_gap_s).items():
                 self._phase_seconds[phase].add(seconds, now)
             self.num_preemptions += stats.num_preempted
             self.num_scheduled_seqs += stats.num_prefill_seqs + stats.num_decode_seqs
@@ -199,6 +199,9 @@ class ServingMetrics:
                     prefill_seconds=self._prefill_seconds.lifetime_total,
                     finished=dict(self.finish_counts),
                     wait_s=dict(self.wait_seconds),
+                    phase_s={
+                        phase: meter.lifetime_total for phase, meter in self._phase_seconds.items()
+                    },
                 ),
                 histograms={name: h.data() for name, h in self._lifetime.items()},
             )
@@ -206,6 +209,18 @@ class ServingMetrics:
 
 def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
+
+
+def _phase_seconds(stats: Any, idle_gap_s: float) -> dict[str, float]:
+    """A step's seconds in each of STEP_PHASES."""
+    return {
+        "schedule": stats.schedule_s,
+        "grammar": stats.grammar_s,
+        "prepare": stats.prepare_s,
+        "forward": stats.forward_s,
+        "sample": stats.sample_s,
+        "idle_gap": idle_gap_s,
+    }
 
 
 def _latencies(metrics: Any) -> dict[str, float | None]:

@@ -75,6 +75,8 @@ class StepSection(WireData):
     prefill_time_share: float | None = None
     """Forward time in steps with prefill over forward time of all steps."""
     schedule_ms: float | None = None
+    grammar_ms: float | None = None
+    """Filling structured outputs' token masks (zero in steps without a constrained row)."""
     prepare_ms: float | None = None
     forward_ms: float | None = None
     sample_ms: float | None = None
@@ -112,6 +114,8 @@ class TotalsSection(WireData):
     """Requests by finish reason, `error` included."""
     wait_s: dict[str, float] = field(default_factory=dict)
     """Seconds finished requests (aborted ones too) waited for admission, per reason."""
+    phase_s: dict[str, float] = field(default_factory=dict)
+    """Seconds of every step in each phase (schedule, grammar, ..., idle_gap)."""
 
 
 @dataclass(frozen=True)

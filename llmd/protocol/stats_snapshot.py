@@ -22,6 +22,7 @@ from llmd.protocol.engine_sections import (
     RequestTimeline,
 )
 from llmd.protocol.errors import ProtocolError
+from llmd.protocol.grammar_section import GrammarSection
 from llmd.protocol.metrics_sections import (
     MetricsSections,
 )
@@ -80,7 +81,8 @@ class DaemonSection(EngineFacts):
 class StatsSnapshot(MetricsSections):
     """One snapshot: daemon facts, the measured sections, and the engine's state when alive.
 
-    `queue` and `kv` are None while the engine is dead; `requests`, `recent`,
+    `queue`, `kv` and `grammar` are None while the engine is dead (`grammar` also from a
+    daemon that predates structured outputs); `requests`, `recent`,
     `num_requests`, `timeline` and `block_map` are None unless asked for (a timeline is
     also None when its request is unknown).
     """
@@ -90,6 +92,8 @@ class StatsSnapshot(MetricsSections):
     daemon: DaemonSection
     queue: QueueCounts | None = None
     kv: KVUsage | None = None
+    grammar: GrammarSection | None = None
+    """Structured outputs: constrained requests, grammar compiles and the compile queue."""
     requests: tuple[RequestRow, ...] | None = None
     """Live requests, oldest first, at most the asked-for number."""
     num_requests: int | None = None
@@ -108,9 +112,10 @@ class StatsSnapshot(MetricsSections):
         metrics: MetricsSections,
         queue: QueueCounts | None = None,
         kv: KVUsage | None = None,
+        grammar: GrammarSection | None = None,
     ) -> StatsSnapshot:
         """A snapshot of the daemon's facts and measured sections (and the engine's counts)."""
-        return cls(time=time, daemon=daemon, **vars(metrics), queue=queue, kv=kv)
+        return cls(time=time, daemon=daemon, **vars(metrics), queue=queue, kv=kv, grammar=grammar)
 
     @classmethod
     def from_wire(cls: type[DataT], data: Mapping[str, object], path: str = "") -> DataT:

@@ -16,8 +16,9 @@ from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.engine.step_result import RequestUpdate
-from llmd.structured.compiling_requests import CompilingRequests
+from llmd.structured.compiling_requests import CompilingRequests, GrammarTimeoutError
 from llmd.structured.grammar_compiler import GrammarCompiler
+from llmd.structured.grammar_stats import GrammarStats
 from llmd.structured.step_bitmask import build_step_bitmask
 
 logger = logging.getLogger(__name__)
@@ -31,18 +32,20 @@ IDLE_WAIT_S = 0.01
 class GrammarAdmission:
     """Compiles constrained requests' grammars and admits them when ready."""
 
-    def __init__(self, make_tokenizer: Callable[[], Any], vocab_size: int) -> None:
-        self.compiler = GrammarCompiler(make_tokenizer)
+    def __init__(
+        self, make_tokenizer: Callable[[], Any], vocab_size: int, stats: GrammarStats | None = None
+    ) -> None:
+        self.compiler = GrammarCompiler(make_tokenizer, stats=stats)
         self.compiling = CompilingRequests(GRAMMAR_COMPILE_TIMEOUT_S)
         self.vocab_size = vocab_size
-        self.num_requests = 0
-        """Constrained requests received."""
+        self.stats = self.compiler.stats
+        """Requests by kind, compiles, cache hits, failures and timeouts (for snapshots)."""
 
     def add(self, request: Request, scheduler: Scheduler, now: float) -> None:
         """Admit `request` at once if its grammar is compiled, else hold it until it is."""
         spec = request.sampling_params.structured_outputs
         assert spec is not None  # the engine checks
-        self.num_requests += 1
+        self.stats.record_request(spec.kind)
         future = self.compiler.submit(spec)
         if future.done() and future.exception() is None:
             request.grammar = future.result().new_matcher()
@@ -60,6 +63,8 @@ class GrammarAdmission:
             scheduler.add_request(request, now)
         updates = []
         for request, error in failed:
+            if isinstance(error, GrammarTimeoutError):
+                self.stats.record_timeout()
             logger.info("request %s: grammar failed: %s", request.request_id, error)
             request.finish(FinishReason.ERROR, now)
             request.error_message = f"{type(error).__name__}: {error}"

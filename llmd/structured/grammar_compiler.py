@@ -20,6 +20,7 @@ from typing import Any
 from llmd.errors import InvalidParameterError
 from llmd.structured.grammar_matcher import GrammarMatcher
 from llmd.structured.grammar_source import grammar_source
+from llmd.structured.grammar_stats import GrammarStats
 from llmd.structured_outputs import FIELD, StructuredOutputs
 
 logger = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class GrammarCompiler:
         num_threads: int = NUM_COMPILE_THREADS,
         max_cached: int = MAX_CACHED_GRAMMARS,
         compile_delay_s: float = 0.0,
+        stats: GrammarStats | None = None,
     ) -> None:
         self._make_tokenizer = make_tokenizer
         self._tokenizer: Any = None
@@ -76,8 +78,8 @@ class GrammarCompiler:
         self.compile_gate: threading.Event | None = None
         """When set, every compile first waits for this event: tests and benchmarks hold a
         compile pending for exactly as long as they need, with no timing assumption."""
-        self.num_compiles = 0
-        self.num_cache_hits = 0
+        self.stats = stats or GrammarStats()
+        """Cache hits and misses, compile times and failures."""
 
     def submit(self, spec: StructuredOutputs) -> Future[CompiledGrammar]:
         """The compiled grammar of `spec`: a cached future, or a new compile on the pool."""
@@ -85,20 +87,40 @@ class GrammarCompiler:
         future = self._cache.get(key)
         if future is not None and not (future.done() and future.exception() is not None):
             self._cache.move_to_end(key)
-            self.num_cache_hits += 1
+            self.stats.record_lookup(is_hit=True)
             return future
         future = self._pool.submit(self._compile, spec)
-        self.num_compiles += 1
+        self.stats.record_lookup(is_hit=False)
         self._cache[key] = future
         while len(self._cache) > self._max_cached:
             self._cache.popitem(last=False)
         return future
+
+    @property
+    def num_compiles(self) -> int:
+        """Compiles started since start (the cache's misses)."""
+        return self.stats.num_compiles
+
+    @property
+    def num_cache_hits(self) -> int:
+        """Lookups served by a compiled or compiling grammar since start."""
+        return self.stats.num_cache_hits
 
     def close(self) -> None:
         """Stop the pool; compiles under way finish, queued ones are dropped."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _compile(self, spec: StructuredOutputs) -> CompiledGrammar:
+        """Build `spec`'s matcher on the pool, timing a success and counting a failure."""
+        try:
+            compiled = self._build(spec)
+        except Exception:
+            self.stats.record_failure()
+            raise
+        self.stats.record_compile(compiled.compile_s)
+        return compiled
+
+    def _build(self, spec: StructuredOutputs) -> CompiledGrammar:
         import llguidance
 
         started = time.perf_counter()

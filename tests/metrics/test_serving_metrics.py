@@ -123,6 +123,23 @@ def test_wait_seconds_add_up_per_reason_over_every_finished_request():
     }  # fmt: skip
 
 
+def test_the_grammar_phase_is_its_own_slice_of_the_step_and_adds_up_since_start():
+    clock = FakeClock()
+    metrics = ServingMetrics(window_s=10, clock=clock)
+    metrics.record_step(_step(0, 2, 0.004, grammar_s=0.0006), 2, idle_gap_s=0.001)
+    metrics.record_step(_step(0, 2, 0.004), 2, idle_gap_s=0.001)  # no constrained row
+    step = metrics.snapshot().step
+    assert step.grammar_ms == pytest.approx(0.3)  # 0.6 ms over two steps
+    assert step.prepare_ms == pytest.approx(2.0) and step.forward_ms == pytest.approx(4.0)
+    clock.now += 11  # out of the window, not out of the totals
+    snapshot = metrics.snapshot()
+    assert snapshot.step.grammar_ms is None
+    assert snapshot.totals.phase_s == pytest.approx(
+        {"schedule": 0.002, "grammar": 0.0006, "prepare": 0.004, "forward": 0.008,
+         "sample": 0.006, "idle_gap": 0.002}
+    )  # fmt: skip
+
+
 def test_empty_snapshot_has_no_division_by_zero():
     snapshot = ServingMetrics().snapshot()
     assert snapshot.throughput.prompt_tokens_per_step is None

@@ -20,6 +20,8 @@ from llmd.protocol import (
     pack_value,
 )
 from llmd.protocol.engine_sections import KVUsage, QueueCounts, RequestRow, RequestTimeline
+from llmd.protocol.grammar_section import GrammarSection
+from llmd.protocol.metrics_sections import HistogramData, WindowSummary
 from llmd.protocol.stats_snapshot import CpuPlacementSection
 from llmd.wait_breakdown import WaitBreakdown
 from tests.protocol.snapshot_samples import DAEMON, sample_snapshot
@@ -40,6 +42,14 @@ TIMELINE = RequestTimeline(
 )  # fmt: skip
 
 
+GRAMMAR = GrammarSection(
+    requests_by_kind={"json": 3, "regex": 1}, num_compiles=2, num_cache_hits=2,
+    num_compile_failures=1, num_compile_timeouts=0, num_waiting=1,
+    compile_time=WindowSummary(2, 0.01, 0.005, 0.014, 0.015, 0.015),
+    compile_histogram=HistogramData(bounds=(0.01,), counts=(1, 1), sum=0.02, count=2),
+)  # fmt: skip
+
+
 def full_snapshot() -> StatsSnapshot:
     """Every optional section present, nested types of every kind."""
     return sample_snapshot(
@@ -51,6 +61,7 @@ def full_snapshot() -> StatsSnapshot:
         recent=(),
         timeline=TIMELINE,
         block_map=encode_block_map([0, 0, -1, -2]),
+        grammar=GRAMMAR,
     )  # fmt: skip
 
 
@@ -88,6 +99,27 @@ def test_keys_a_newer_daemon_adds_are_ignored():
     wire["kv"]["num_swapped"] = 0
     wire["requests"][0]["speculated_tokens"] = 4
     assert StatsSnapshot.from_wire(wire) == full_snapshot()
+
+
+def test_a_snapshot_from_a_daemon_before_grammar_metrics_still_reads():
+    wire = full_snapshot().to_wire()
+    del wire["grammar"], wire["step"]["grammar_ms"], wire["totals"]["phase_s"]
+    snapshot = StatsSnapshot.from_wire(wire)
+    assert snapshot.grammar is None and snapshot.step.grammar_ms is None
+    assert snapshot.totals.phase_s == {}
+    partial = full_snapshot().to_wire()
+    partial["grammar"] = {"num_waiting": 3}  # a section with fewer fields: zeros for the rest
+    grammar = StatsSnapshot.from_wire(partial).grammar
+    assert grammar == GrammarSection(num_waiting=3) and grammar.num_requests == 0
+
+
+def test_the_grammar_section_is_plain_data_on_the_wire():
+    grammar = full_snapshot().to_wire()["grammar"]
+    assert grammar["requests_by_kind"] == {"json": 3, "regex": 1}
+    assert grammar["compile_histogram"] == {
+        "bounds": [0.01], "counts": [1, 1], "sum": 0.02, "count": 2
+    }  # fmt: skip
+    assert StatsSnapshot.from_wire(full_snapshot().to_wire()).grammar.num_requests == 4
 
 
 @pytest.mark.parametrize(

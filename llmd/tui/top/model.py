@@ -17,6 +17,7 @@ from llmd.protocol.engine_sections import RequestRow
 from llmd.tui.top.hints import find_hints
 from llmd.tui.top.reader import (
     read_efficiency,
+    read_grammar,
     read_kv,
     read_latency,
     read_queue,
@@ -259,6 +260,9 @@ class TopModel:
 
     def _queue_view(self, snapshot: StatsSnapshot) -> QueueView:
         queue = read_queue(snapshot)
+        grammar = snapshot.grammar
+        if grammar is not None and grammar.num_requests == 0:
+            grammar = None  # no constrained request yet: keep the line off the screen
         times, waiting = self._recent("waiting")
         _, preemptions = self._recent("preemptions_total")
         return QueueView(
@@ -273,6 +277,7 @@ class TopModel:
             recent_preemptions=int(max(0.0, preemptions[-1] - preemptions[0]))
             if preemptions
             else 0,
+            waiting_for_grammar=None if grammar is None else grammar.num_waiting,
         )
 
     def _step_view(self, snapshot: StatsSnapshot) -> StepView:
@@ -287,12 +292,14 @@ class TopModel:
             step_p99_s=step.time.p99,
             phase_ms={
                 "schedule": step.schedule_ms,
+                "grammar": step.grammar_ms,
                 "prepare": step.prepare_ms,
                 "forward": step.forward_ms,
                 "sample": step.sample_ms,
                 "idle_gap": step.idle_gap_ms,
             },
             prefill_time_share=step.prefill_time_share,
+            grammar=read_grammar(snapshot),
         )
 
     def _throughput_view(self, snapshot: StatsSnapshot) -> ThroughputView:

@@ -12,7 +12,7 @@ import dataclasses
 from llmd.metrics.serving_metrics import LATENCY_NAMES
 from llmd.protocol import StatsSnapshot
 from llmd.protocol.engine_sections import QueueCounts, RequestRow
-from llmd.tui.top.view import EfficiencyView, KVView, LatencyView
+from llmd.tui.top.view import EfficiencyView, GrammarView, KVView, LatencyView
 
 NO_QUEUE = QueueCounts(waiting=0, running=0, preempted=0, preemptions_total=0)
 """The queue counts shown while the engine is dead (the snapshot has none)."""
@@ -46,6 +46,23 @@ def read_kv(snapshot: StatsSnapshot, usage_history: tuple[float, ...]) -> KVView
             prefix_hit_rate=kv.prefix_hit_rate,
         )
     return view
+
+
+def read_grammar(snapshot: StatsSnapshot) -> GrammarView | None:
+    """Constrained requests and compile times; None before the first constrained request."""
+    grammar = snapshot.grammar
+    if grammar is None or grammar.num_requests == 0:
+        return None
+    compile_time = grammar.compile_time
+    return GrammarView(
+        num_requests=grammar.num_requests,
+        num_compiles=grammar.num_compiles,
+        num_cache_hits=grammar.num_cache_hits,
+        num_failed=grammar.num_compile_failures + grammar.num_compile_timeouts,
+        compile_p50_s=compile_time.p50,
+        compile_p90_s=compile_time.p90,
+        compile_p99_s=compile_time.p99,
+    )
 
 
 def read_latency(snapshot: StatsSnapshot) -> LatencyView:

@@ -27,6 +27,9 @@ class QueueView:
     """Slope of the waiting count over the recent history (requests per second)."""
     recent_preemptions: int = 0
     """Preemptions during the recent history."""
+    waiting_for_grammar: int | None = None
+    """Structured-output requests waiting for their grammar to compile (None until the
+    daemon has seen a constrained request: the line stays off the screen until then)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,20 @@ class KVView:
 
 
 @dataclass(frozen=True)
+class GrammarView:
+    """Structured outputs since start: constrained requests and their grammar compiles."""
+
+    num_requests: int = 0
+    num_compiles: int = 0
+    num_cache_hits: int = 0
+    num_failed: int = 0
+    """Compiles that failed plus requests whose compile timed out."""
+    compile_p50_s: float | None = None
+    compile_p90_s: float | None = None
+    compile_p99_s: float | None = None
+
+
+@dataclass(frozen=True)
 class StepView:
     """How each step's work splits between prefill and decode, and where its time goes."""
 
@@ -59,9 +76,11 @@ class StepView:
     step_mean_s: float | None = None
     step_p99_s: float | None = None
     phase_ms: dict[str, float | None] = field(default_factory=dict)
-    """Mean ms per step of schedule, prepare, forward, sample and idle_gap."""
+    """Mean ms per step of schedule, grammar, prepare, forward, sample and idle_gap."""
     prefill_time_share: float | None = None
     """Fraction of forward time spent in steps with prefill (when the daemon reports it)."""
+    grammar: GrammarView | None = None
+    """None until the daemon has seen a constrained request."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""Queue lengths now and their recent history: waiting, running, preempted."""
+"""Queue lengths now and their recent history: waiting, running, preempted.
+
+With structured outputs it also counts the requests waiting for their grammar to compile,
+which are in no scheduler queue yet.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +34,11 @@ class QueuePanel(Panel):
         label_width = 10 if width >= 30 else 5
         spark_width = max(0, width - label_width - 6)
         growth = queue.waiting_growth_per_s
-        num_notes = 1 if growth is None else 2
+        waiting_for_grammar = queue.waiting_for_grammar
+        num_notes = (1 if growth is None else 2) + (waiting_for_grammar is not None)
+        is_short = waiting_for_grammar is not None and height < len(series) + num_notes
+        if is_short:  # the grammar count joins the growth line instead of being cut off
+            num_notes -= 1
         rows = max(1, (height - num_notes) // len(series))  # a tall panel: taller sparklines
         lines = []
         for name, (count, history) in series.items():
@@ -42,7 +50,9 @@ class QueuePanel(Panel):
             line.append(chart[-1], style=STYLES[name])
             lines.append(line)
         is_wide = width >= 32
-        if growth is not None:
+        if growth is not None and is_short:
+            lines.append(Text(f"wait {growth:+.1f}/s · grammar {waiting_for_grammar}", style="dim"))
+        elif growth is not None:
             label = "waiting" if is_wide else "wait"
             lines.append(Text(f"{label} {growth:+.1f}/s (last 10s)", style="dim"))
         total, recent = queue.preemptions_total, queue.recent_preemptions
@@ -52,6 +62,9 @@ class QueuePanel(Panel):
             else f"preempt {total} ({recent} new)"
         )
         lines.append(Text(preemptions, style="dim"))
+        if waiting_for_grammar is not None and not is_short:
+            label = "waiting for grammar" if is_wide else "grammar"
+            lines.append(Text(f"{label} {waiting_for_grammar}", style="dim"))
         for line in lines:
             line.truncate(width, overflow="ellipsis")
         return join_lines(lines, height)
