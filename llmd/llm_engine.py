@@ -432,6 +432,7 @@ class LLMEngine:
             num_blocks=self.runner.num_blocks,
             attention_backend=self.runner.backend.name,
             async_scheduling=self.async_scheduling,
+            kv_cache_dtype=str(self.runner.kv_dtype).removeprefix("torch."),
         )
 
     def snapshot(

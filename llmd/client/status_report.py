@@ -47,6 +47,10 @@ class _StatusFields(TypedDict):
     uptime_s: float | None
     tool_call_parser: str | None
     """How `tool_choice: auto` replies are read (None from a daemon that predates tools)."""
+    kv_cache_dtype: str | None
+    """The KV cache's element type (the model's from a daemon that predates the field)."""
+    kv_bytes_per_token: int | None
+    """KV-cache bytes one token takes across all layers, keys and values."""
     queue: QueueReport
     kv: KvReport
 
@@ -76,6 +80,8 @@ def status_report(snapshot: StatsSnapshot) -> StatusReport:
         "version": daemon.version,
         "uptime_s": daemon.uptime_s,
         "tool_call_parser": daemon.tool_call_parser,
+        "kv_cache_dtype": daemon.kv_dtype,
+        "kv_bytes_per_token": daemon.kv_token_bytes,
         "queue": _queue_report(daemon.num_in_flight, queue),
         "kv": _kv_report(kv),
     }
@@ -122,6 +128,8 @@ def format_status(report: StatusReport) -> str:
     kv_line += f", {show(kv['num_cached'])} cached, {show(kv['num_free'])} free"
     if kv["prefix_hit_rate"] is not None:
         kv_line += f"; prefix hit rate {kv['prefix_hit_rate']:.0%}"
+    if report.get("kv_cache_dtype"):
+        kv_line += f"; {report['kv_cache_dtype']}, {show(report.get('kv_bytes_per_token'))} B/token"
     lines = [
         f"state     {state}",
         f"model     {show(report['model'])}  ({show(report['dtype'])} on "

@@ -10,7 +10,8 @@ from llmd.daemon.serve_options import ServeOptions
 from llmd.engine.engine_snapshot import EngineFacts
 from llmd.metrics import ServingMetrics
 from llmd.metrics.device_peaks import DevicePeaks, published_peaks
-from llmd.metrics.roofline import DTYPE_BYTES, ModelCost
+from llmd.metrics.roofline import ModelCost
+from llmd.protocol.engine_sections import ELEMENT_BYTES
 
 
 def device_peaks(facts: EngineFacts) -> DevicePeaks:
@@ -25,7 +26,7 @@ def device_peaks(facts: EngineFacts) -> DevicePeaks:
 
 def serving_metrics(facts: EngineFacts, options: ServeOptions) -> ServingMetrics:
     """The daemon's metrics, with the model's cost and the device's peaks for rooflines."""
-    dtype_bytes = DTYPE_BYTES.get(facts.dtype, 4)
+    dtype_bytes = ELEMENT_BYTES.get(facts.dtype, 4)
     peaks = device_peaks(facts)
     return ServingMetrics(
         window_s=options.metrics_window_s,
@@ -38,7 +39,7 @@ def serving_metrics(facts: EngineFacts, options: ServeOptions) -> ServingMetrics
             is_tied=facts.is_tied,
         ),
         dtype_bytes=dtype_bytes,
-        kv_bytes_per_token=facts.kv_bytes_per_token(dtype_bytes),
+        kv_bytes_per_token=facts.kv_token_bytes,
         peak_gb_per_s=peaks.gb_per_s,
         peak_tflop_per_s=peaks.tflop_per_s,
         peak_source=peaks.source,

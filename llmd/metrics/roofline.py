@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
 
 @dataclass(frozen=True)
 class ModelCost:

@@ -7,10 +7,13 @@ them between steps (frozen copies, safe on any thread) and `llmd top`, `llmd sta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmd.protocol.wire_data import WireData
 from llmd.wait_breakdown import WaitBreakdown
+
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1}
+"""Bytes per element of the dtypes a model or KV cache may hold, by config name."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,19 @@ class EngineFacts(WireData):
     num_blocks: int
     attention_backend: str
     async_scheduling: bool
+    kv_cache_dtype: str = field(default="", kw_only=True)
+    """The KV cache's element type (float32, bfloat16, float8_e4m3fn); "" from a daemon
+    that predates the field, whose cache held the model's dtype."""
+
+    @property
+    def kv_dtype(self) -> str:
+        """The KV cache's element type, the model's where the daemon did not say."""
+        return self.kv_cache_dtype or self.dtype
+
+    @property
+    def kv_token_bytes(self) -> int:
+        """KV-cache bytes one token takes across all layers, in the cache's own dtype."""
+        return self.kv_bytes_per_token(ELEMENT_BYTES.get(self.kv_dtype, 4))
 
     def kv_bytes_per_token(self, element_size: int) -> int:
         """KV-cache bytes one token takes across all layers (keys and values)."""

@@ -67,3 +67,21 @@ def test_python_m_llmd_daemon_takes_only_json_options(capsys):
 
     assert main(["--model", "tiny"]) == EXIT_USAGE
     assert "run `llmd serve`" in capsys.readouterr().err
+
+
+def test_status_names_the_kv_dtype_and_its_bytes_per_token():
+    """The KV cache's own dtype (fp8 under a bf16 model here) sizes its bytes per token;
+    a daemon that predates the field reports the model's dtype."""
+    base = daemon_section(kv_cache_dtype="")
+    per_element = 2 * base.num_layers * base.num_kv_heads * base.head_dim
+    older = status_report(sample_snapshot(daemon=base))
+    assert older["kv_cache_dtype"] == base.dtype
+    fp8 = status_report(
+        sample_snapshot(daemon=daemon_section(dtype="bfloat16", kv_cache_dtype="float8_e4m3fn"))
+    )
+    assert fp8["kv_cache_dtype"] == "float8_e4m3fn"
+    assert fp8["kv_bytes_per_token"] == per_element  # one byte an element
+    assert f"; float8_e4m3fn, {per_element} B/token" in format_status(fp8)
+    old_wire = sample_snapshot(daemon=base).to_wire()
+    del old_wire["daemon"]["kv_cache_dtype"]  # a snapshot from before the field
+    assert type(SNAPSHOT).from_wire(old_wire).daemon.kv_dtype == base.dtype

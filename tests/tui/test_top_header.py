@@ -59,3 +59,12 @@ async def test_a_wide_header_keeps_the_full_wording_on_one_line():
         "fcfs, budget 8192 tok/step, ≤256 seqs"
     )
     assert lines[1].startswith("ipc://") and lines[1].endswith("● live")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+async def test_a_kv_cache_in_another_dtype_is_named_next_to_the_models(size):
+    lines, _ = await header_after(size, dtype="bfloat16", kv_cache_dtype="float8_e4m3fn")
+    header = " │ ".join(lines)
+    assert ("cpu/bf16 kv fp8" if size[0] == 80 else "cpu/bfloat16 kv fp8") in header
+    same, _ = await header_after(size, kv_cache_dtype="float32")
+    assert " kv " not in " │ ".join(same)  # the model's own dtype goes unsaid

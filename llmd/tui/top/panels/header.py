@@ -39,7 +39,7 @@ def policy_text(header: DaemonSection, is_compact: bool = False) -> str:
     return text + f"{' ' if is_compact else ', '}≤{header.max_num_seqs} seqs"
 
 
-SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8"}
 SEPARATOR = " │ "
 
 
@@ -49,6 +49,9 @@ def facts_of(header: DaemonSection, is_compact: bool) -> list[str]:
     dtype = header.dtype or MISSING
     if is_compact:
         dtype = SHORT_DTYPES.get(dtype, dtype)
+    if header.kv_cache_dtype and header.kv_cache_dtype != header.dtype:  # e.g. an fp8 cache
+        kv_dtype = SHORT_DTYPES.get(header.kv_cache_dtype, header.kv_cache_dtype)
+        dtype += f" kv {kv_dtype}"
     return [
         model.rstrip("/").rsplit("/", 1)[-1],  # the name, not where it lives on disk
         f"{header.device or MISSING}/{dtype}",
