@@ -10,7 +10,7 @@ timeout, and each feed is its own coroutine, so a slow daemon delays no other.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from textual.app import ComposeResult
@@ -60,15 +60,15 @@ class FleetApp(TopApp):
 
     def __init__(
         self,
-        client_factories: list[Callable[[], Any]],
-        addresses: list[str],
+        client_factories: Sequence[Callable[[], Any]],
+        addresses: Sequence[str],
         interval_s: float = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
         slow_redraw_s: float = SLOW_REDRAW_S,
         down_after_s: float | None = None,
     ) -> None:
         super().__init__(client_factories[0], addresses[0], interval_s, clock, slow_redraw_s)
-        self.addresses = addresses
+        self.addresses = list(addresses)
         self.clock = clock
         self.models = [self.model, *(TopModel(clock=clock) for _ in addresses[1:])]
         self.feeds = [

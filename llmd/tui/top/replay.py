@@ -9,6 +9,7 @@ A last line cut by a killed top is skipped; any other bad line is an error namin
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -52,6 +53,16 @@ class Recording:
     def of(self, address: str) -> list[RecordedSnapshot]:
         """The snapshots of one daemon, in order."""
         return [item for item in self.snapshots if item.address == address]
+
+    def interval_s(self) -> float | None:
+        """The median time between one daemon's successive snapshots (the refresh rate it
+        was recorded at), None with fewer than two of any daemon."""
+        gaps = sorted(
+            later.time - earlier.time
+            for address in self.addresses()
+            for earlier, later in itertools.pairwise(self.of(address))
+        )
+        return gaps[len(gaps) // 2] if gaps else None
 
 
 def read_recording(path: Path) -> Recording:
@@ -136,6 +147,10 @@ class ReplayClock:
         await self._sleep(max(0.0, due - self._clock()))
 
 
+END_AFTER_S = 1.0
+"""Recorded seconds after a daemon's last snapshot at which its replay says it ended."""
+
+
 class ReplayEndedError(LLMDError):
     """The recording has no more snapshots of this daemon (shown as the link's state)."""
 
@@ -162,10 +177,13 @@ class ReplayClient:
             await self.clock.wait_until(item.time)
             self.next_index += 1
             yield item.snapshot
-        if not self.has_said_end:
+        if not self.has_said_end and self.snapshots:
+            last = self.snapshots[-1]
+            await self.clock.wait_until(last.time + END_AFTER_S)
             self.has_said_end = True
-            last = self.snapshots[-1].line_number if self.snapshots else 0
-            raise ReplayEndedError(f"end of the recording (last snapshot at line {last})")
+            raise ReplayEndedError(
+                f"end of the recording (last snapshot at line {last.line_number})"
+            )
         await asyncio.Event().wait()  # hold the last frame until top quits
 
     async def close(self) -> None:
