@@ -114,3 +114,4 @@ async def test_a_stopped_daemon_shows_down_within_two_seconds_of_real_time():
             await pilot.pause(0.25)
             assert time.monotonic() - stopped_at < 2.0
         assert [row.health for row in app.fleet_view().rows] == ["down", "up", "up"]
+        assert all(len(model.history["time"]) >= 2 for model in app.models[1:])  # not held up
