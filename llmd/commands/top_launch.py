@@ -49,6 +49,8 @@ def run_top(settings: TopSettings, interval_s: float) -> None:
         replay(Path(settings.replay), settings.speed, interval_s)
         return
     addresses = watched_addresses(settings)
+    if len(addresses) == 1:
+        check_one(addresses[0])  # before a recording file is made
     with recorder_of(settings.record) as wrap:
         if len(addresses) == 1:
             watch_one(addresses[0], interval_s, wrap)
@@ -79,15 +81,21 @@ def recorder_of(path: str | None) -> Iterator[Wrap]:
         print(f"recorded {recorder.num_recorded} snapshots to {path}", file=sys.stderr)
 
 
-def watch_one(address: str, interval_s: float, wrap: Wrap) -> None:
-    """The single-daemon view (a wrong address or a missing daemon fails at once)."""
-    from llmd.client import AsyncClient, Client
+def check_one(address: str) -> None:
+    """Fail at once when no daemon answers at `address` (the single view's promise)."""
+    from llmd.client import Client
     from llmd.commands.daemon_files import raise_if_crashed
-    from llmd.tui.top.app import create_top_app
 
     raise_if_crashed(address)
     with Client(address, timeout=CHECK_TIMEOUT_S) as client:
         client.health()  # a wrong address or no daemon fails here, at once
+
+
+def watch_one(address: str, interval_s: float, wrap: Wrap) -> None:
+    """The single-daemon view of a daemon `check_one` found answering."""
+    from llmd.client import AsyncClient
+    from llmd.tui.top.app import create_top_app
+
     silence_s = max(2.0, SILENCE_FACTOR * interval_s)
 
     def client_factory() -> Any:

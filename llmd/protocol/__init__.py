@@ -93,7 +93,6 @@ __all__ = [
     "runtime_dir",
 ]
 
-
 def encode(message: WireMessage) -> bytes:
     """msgpack bytes of a message."""
     return pack(message.to_wire())

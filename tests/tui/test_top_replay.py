@@ -217,6 +217,7 @@ def test_the_cli_names_the_bad_line_of_a_replay(tmp_path):
         (["--replay", "r.jsonl", "--record", "w.jsonl"], "--replay: cannot record a replay"),
         (["--replay", "r.jsonl", "--speed", "0"], "--speed: must be > 0, got 0.0"),
         (["--speed", "2"], "--speed: applies only with --replay"),
+        (["--addresses-file", "no-such.txt"], "--addresses-file: cannot read no-such.txt"),
         (["--address", "ipc:///tmp/a.sock", "--address", "tcp://10.0.0.1:99999"],
          "--address: tcp://10.0.0.1:99999: port 99999 is outside 1..65535"),
     ],

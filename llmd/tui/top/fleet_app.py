@@ -93,6 +93,7 @@ class FleetApp(TopApp):
         self.set_interval(FLEET_TICK_S, self.show_fleet)
 
     def start_feeds(self) -> None:
+        """One worker per daemon, so a slow or silent daemon holds up no other."""
         for index, feed in enumerate(self.feeds):
             self.run_worker(feed.run(), group=f"feed-{index}", exclusive=True)
 
@@ -127,6 +128,7 @@ class FleetApp(TopApp):
         self.query_one(FleetTable).show(self.fleet_view())
 
     def on_daemon_event(self, message: DaemonEvent) -> None:
+        """Apply one daemon's feed event to its model; redraw its full view if shown."""
         index, event = message.daemon_index, message.event
         model = self.models[index]
         if isinstance(event, SnapshotReady):
@@ -171,6 +173,7 @@ class FleetApp(TopApp):
         self.show_fleet()
 
     def action_zoom(self, number: int) -> None:
+        """In the full view as before, except that Esc unzoomed goes back to the fleet."""
         if self.drilled_index is None:
             return
         if number == 0 and self.zoomed_number == 0:
@@ -179,6 +182,7 @@ class FleetApp(TopApp):
         super().action_zoom(number)
 
     def action_zoom_toggle(self, number: int) -> None:
+        """Zoom keys act only in a daemon's full view (the table has no panels)."""
         if self.drilled_index is not None:
             super().action_zoom_toggle(number)
 
@@ -187,6 +191,7 @@ class FleetApp(TopApp):
             super().action_zoom_next()
 
     def action_select(self, delta: int) -> None:
+        """Move the table's cursor, or in the full view the request selection."""
         if self.drilled_index is not None:
             super().action_select(delta)
             return
@@ -194,10 +199,12 @@ class FleetApp(TopApp):
         self.show_fleet()
 
     def action_pause(self) -> None:
+        """Pause the drilled daemon's view (the table always shows the newest figures)."""
         if self.drilled_index is not None:
             super().action_pause()
 
     def action_sort(self) -> None:
+        """Sort the drilled daemon's request table."""
         if self.drilled_index is not None:
             super().action_sort()
 
