@@ -17,14 +17,13 @@ from llmd.commands.help_text import ADDRESS_DEFAULT, ADDRESS_HELP
 from llmd.option_spec import Flag, click_option
 from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.settings import DEFAULT_CHAT_PARAMS
+from llmd.tui.top.top_settings import TopSettings
 
 if TYPE_CHECKING:
     from llmd.sampling_params import SamplingParams
 
 CHAT_CHECK_TIMEOUT_S = 3.0
 """How long `llmd chat` waits for the daemon's health reply before giving up."""
-TOP_SILENCE_FACTOR = 8
-"""`llmd top` treats this many missed snapshot intervals (at least 2 s) as a lost daemon."""
 CHAT_SAMPLING_FLAGS = (
     Flag(
         "temperature",
@@ -127,14 +126,27 @@ def _chat_params(settings: dict[str, Any]) -> SamplingParams:
     return dataclasses.replace(DEFAULT_CHAT_PARAMS, **given)
 
 
+TOP_FLAGS = (
+    Flag("addresses", flag_name="--address", show_default=ADDRESS_DEFAULT, metavar="ADDRESS"),
+    Flag("addresses_file", metavar="FILE"),
+    Flag("record", metavar="FILE"),
+    Flag("replay", metavar="FILE"),
+    Flag("speed"),
+)
+"""The flags of `llmd top`'s fleet and recording modes, typed from TopSettings."""
+
+
 @click.command(
     epilog="""\b
 Examples:
   llmd top                   # four snapshots a second
   llmd top --interval 1      # one a second: cheaper on a busy machine
+  llmd top --address tcp://10.0.0.1:7070 --address tcp://10.0.0.2:7070   # a fleet
+  llmd top --addresses-file fleet.txt --record incident.jsonl
+  llmd top --replay incident.jsonl --speed 4
 """
 )
-@click.option("--address", default=None, show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP)
+@apply_options([click_option(TopSettings, flag) for flag in TOP_FLAGS])
 @click.option(
     "--interval",
     type=click.FloatRange(0.1, 60.0),
@@ -142,24 +154,18 @@ Examples:
     show_default=True,
     help="Seconds between stats snapshots.",
 )
-def top(address: str | None, interval: float) -> None:
+def top(interval: float, **settings: Any) -> None:
     """Watch the daemon live: queues, KV cache, throughput, latency, requests, hints.
 
     \b
+    With several daemons (--address repeated, or --addresses-file): one row each and the
+    fleet's totals; Enter shows the selected daemon's full view, Esc returns.
     Keys: q quits, p pauses, s changes the sort, Up/Down (or j/k) select a request.
     """
-    from llmd.client import AsyncClient, Client
-    from llmd.commands.daemon_files import raise_if_crashed
-    from llmd.protocol import default_address
-    from llmd.tui.top.app import create_top_app
+    from llmd.commands.top_launch import run_top
+    from llmd.errors import LLMDError
 
-    address = address or default_address()
-    raise_if_crashed(address)
-    with Client(address, timeout=CHAT_CHECK_TIMEOUT_S) as client:
-        client.health()  # a wrong address or no daemon fails here, at once
-    silence_s = max(2.0, TOP_SILENCE_FACTOR * interval)
-
-    def client_factory() -> AsyncClient:
-        return AsyncClient(address, timeout=silence_s)
-
-    create_top_app(client_factory, address, interval).run()
+    try:
+        run_top(TopSettings(**settings), interval)
+    except LLMDError as error:
+        raise cli_error(error) from None

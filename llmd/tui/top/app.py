@@ -111,8 +111,12 @@ class TopApp(App[None]):
             self, lambda _screen: self._note_hidden_panels()
         )
         self.redraw()
-        self.run_worker(self.feed.run(), group="feed", exclusive=True)
+        self.start_feeds()
         self.set_interval(CLOCK_TICK_S, self._on_clock_tick)
+
+    def start_feeds(self) -> None:
+        """Run the snapshot feed in a worker (the fleet app runs one per daemon)."""
+        self.run_worker(self.feed.run(), group="feed", exclusive=True)
 
     def redraw(self, is_urgent: bool = False) -> None:
         """Give every panel the model's current view; only the changed ones redraw.
