@@ -18,14 +18,16 @@ from llmd.config import EngineConfig, SchedulerConfig, default_model_dir
 from llmd.engine.block_manager import BlockManager
 from llmd.engine.engine_snapshot import EngineFacts, EngineSnapshot, SnapshotScope
 from llmd.engine.launched_step import LaunchedStep
+from llmd.engine.prompt_checks import check_token_ids
 from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.scheduler_output import SchedulerOutput
-from llmd.engine.servability import check_servable
+from llmd.engine.servability import check_servable, resolve_max_model_len
 from llmd.engine.snapshot_collector import collect_snapshot
 from llmd.engine.step_result import RequestUpdate, StepResult, request_updates, step_stats
 from llmd.engine.step_stats import StepStats
-from llmd.engine.tokenizer import Tokenizer, load_tokenizer, read_generation_eos_token_ids
+from llmd.engine.tokenizer import Tokenizer, config_eos_token_ids, load_tokenizer
+from llmd.engine_facts import engine_facts
 from llmd.errors import InvalidParameterError, KVCacheIntegrityError, SchedulerStallError
 from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
 from llmd.runner.device import device_name, dtype_name, resolve_device
@@ -53,10 +55,11 @@ class LLMEngine:
         self.model_name = config.served_model_name or config.model or "llmd-default"
         self.hf_config = load_hf_config(self.model_path)
         self.shape = model_shape(self.hf_config)
-        self.max_model_len = self._resolve_max_model_len()
+        # The configured length, capped by the model's positions and any sliding window.
+        self.max_model_len = resolve_max_model_len(config.max_model_len, self.shape.max_model_len)
         self.tokenizer: Tokenizer | None = None
         if config.skip_tokenizer_init:
-            self.eos_token_ids = _config_eos_token_ids(self.hf_config, self.model_path)
+            self.eos_token_ids = config_eos_token_ids(self.hf_config, self.model_path)
         else:
             tokenizer_source = config.tokenizer or str(self.model_path)
             self.tokenizer = load_tokenizer(tokenizer_source, str(self.model_path))
@@ -109,18 +112,6 @@ class LLMEngine:
             self.max_model_len,
         )
 
-    def _resolve_max_model_len(self) -> int:
-        """The configured length, bounded by the model's positions (and sliding window)."""
-        model_max = self.shape.max_model_len  # positions, capped by any sliding window
-        if self.config.max_model_len is None:
-            return model_max
-        if self.config.max_model_len > model_max:
-            raise InvalidParameterError(
-                f"{self.config.max_model_len} exceeds the model's maximum of {model_max}",
-                "max_model_len",
-            )
-        return self.config.max_model_len
-
     # ---------------------------------------------------------------- requests
 
     @property
@@ -151,20 +142,7 @@ class LLMEngine:
 
         `label` is the client's name for it (an HTTP X-Request-Id), for logs and stats.
         """
-        vocab_size = self.shape.vocab_size
-        for token_id in prompt_token_ids:
-            if not isinstance(token_id, int) or isinstance(token_id, bool):
-                raise InvalidParameterError("token ids must be integers", "prompt_token_ids")
-            if not 0 <= token_id < vocab_size:
-                raise InvalidParameterError(
-                    f"token id {token_id} is outside the vocabulary [0, {vocab_size})",
-                    "prompt_token_ids",
-                )
-        for token_id in params.stop_token_ids:
-            if token_id >= vocab_size:
-                raise InvalidParameterError(
-                    f"stop token id {token_id} is outside the vocabulary", "stop_token_ids"
-                )
+        check_token_ids(prompt_token_ids, params, self.shape.vocab_size)
         request = Request(
             request_id or uuid.uuid4().hex,
             prompt_token_ids,
@@ -305,7 +283,7 @@ class LLMEngine:
             return StepResult([], None)
         updates: list[RequestUpdate] = []
         stats = None
-        if previous is not None and self.grammars is not None and _samples_constrained(plan):
+        if previous is not None and self.grammars is not None and plan.samples_constrained:
             # A grammar mask needs the token in flight: apply it first (no overlap here).
             try:
                 output = previous.pending.resolve()
@@ -411,29 +389,7 @@ class LLMEngine:
 
     def facts(self) -> EngineFacts:
         """What does not change while serving: model, device, limits and the KV pool."""
-        shape = self.shape
-        return EngineFacts(
-            model=self.model_name,
-            device=self.device,
-            dtype=self.dtype,
-            device_name=self.device_name,
-            max_model_len=self.max_model_len,
-            num_params=shape.num_params,
-            vocab_size=shape.vocab_size,
-            hidden_size=shape.hidden_size,
-            num_layers=shape.num_layers,
-            num_kv_heads=shape.num_kv_heads,
-            head_dim=shape.head_dim,
-            is_tied=shape.tie_word_embeddings,
-            scheduling_policy=self.config.scheduling_policy,
-            max_num_batched_tokens=self.scheduler.config.max_num_batched_tokens,
-            max_num_seqs=self.config.max_num_seqs,
-            block_size=self.config.block_size,
-            num_blocks=self.runner.num_blocks,
-            attention_backend=self.runner.backend.name,
-            async_scheduling=self.async_scheduling,
-            kv_cache_dtype=str(self.runner.kv_dtype).removeprefix("torch."),
-        )
+        return engine_facts(self)
 
     def snapshot(
         self, scope: SnapshotScope | None = None, recent: Iterable[Request] = ()
@@ -445,21 +401,3 @@ class LLMEngine:
         num_compiling = 0 if self.grammars is None else len(self.grammars.compiling)
         grammar = self.grammar_stats.section(num_compiling)
         return collect_snapshot(self.scheduler, scope or SnapshotScope(), recent, grammar)
-
-
-def _samples_constrained(plan: SchedulerOutput) -> bool:
-    """True when the plan samples a request that has a grammar."""
-    return any(
-        chunk.is_sampling and chunk.request is not None and chunk.request.grammar is not None
-        for chunk in plan.chunks
-    )
-
-
-def _config_eos_token_ids(hf_config, model_path) -> tuple[int, ...]:
-    """EOS ids from the model config and generation config, for engines without a tokenizer."""
-    eos = getattr(hf_config, "eos_token_id", None)
-    ids = [eos] if isinstance(eos, int) else list(eos or [])
-    for token_id in read_generation_eos_token_ids(str(model_path)):
-        if token_id not in ids:
-            ids.append(token_id)
-    return tuple(ids)

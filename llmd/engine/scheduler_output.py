@@ -108,3 +108,11 @@ class SchedulerOutput:
     def is_empty(self) -> bool:
         """True when there is nothing to run."""
         return not self.chunks
+
+    @property
+    def samples_constrained(self) -> bool:
+        """True when the plan samples a request that has a grammar (structured outputs)."""
+        return any(
+            chunk.is_sampling and chunk.request is not None and chunk.request.grammar is not None
+            for chunk in self.chunks
+        )

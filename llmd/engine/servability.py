@@ -44,3 +44,14 @@ def check_servable(request: Request, max_len: int, block_manager: BlockManager) 
             f"but the whole KV cache has {block_manager.num_blocks} blocks",
             "max_tokens",
         )
+
+
+def resolve_max_model_len(configured: int | None, model_max: int) -> int:
+    """The configured context length, bounded by the model's positions (and sliding window)."""
+    if configured is None:
+        return model_max
+    if configured > model_max:
+        raise InvalidParameterError(
+            f"{configured} exceeds the model's maximum of {model_max}", "max_model_len"
+        )
+    return configured

@@ -157,6 +157,16 @@ def load_tokenizer(path_or_id: str, model_path: str | None = None) -> Tokenizer:
     return Tokenizer(hf_tokenizer, path_or_id, extra_eos_ids)
 
 
+def config_eos_token_ids(hf_config: object, model_path: object) -> tuple[int, ...]:
+    """EOS ids from the model config and generation config, for engines without a tokenizer."""
+    eos = getattr(hf_config, "eos_token_id", None)
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    for token_id in read_generation_eos_token_ids(str(model_path)):
+        if token_id not in ids:
+            ids.append(token_id)
+    return tuple(ids)
+
+
 def read_generation_eos_token_ids(path_or_id: str) -> tuple[int, ...]:
     """EOS ids from generation_config.json (an int or a list), or () when there is none."""
     config_path = _find_generation_config(path_or_id)
