@@ -124,3 +124,6 @@ class RequestOutput:
     """The stop token id or stop string that ended generation, if any."""
     metrics: RequestMetrics
     logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    """Per prompt token (None for the first): its logprob and the top alternatives, when
+    `SamplingParams.prompt_logprobs` asked for them."""

@@ -271,4 +271,3 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
             raise
         except Exception as error:  # a broken socket: wake every waiter with the error
             self._wake(self._core.fail_all(error))
-

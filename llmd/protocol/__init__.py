@@ -93,6 +93,7 @@ __all__ = [
     "runtime_dir",
 ]
 
+
 def encode(message: WireMessage) -> bytes:
     """msgpack bytes of a message."""
     return pack(message.to_wire())
