@@ -17,8 +17,8 @@ from llmd.errors import require
 from llmd.runner.host_transfer import arrays_to_device, to_device
 from llmd.runner.input_batch import PADDING_SLOT, DecodeBuffers, InputBatch
 from llmd.runner.pending_tokens import PendingTokens, pending_source
-from llmd.runner.prompt_logprobs import PromptLogprobSpan, prompt_logprob_span
 from llmd.runner.persistent_batch import PersistentBatch
+from llmd.runner.prompt_logprobs import PromptLogprobSpan, prompt_logprob_span
 from llmd.runner.sampling_batch import SamplingBatch, build_sampling_batch, greedy_sampling_batch
 from llmd.runner.sampling_state import SamplingState
 
