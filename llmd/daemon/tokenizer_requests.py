@@ -38,6 +38,6 @@ def answer_tokenizer_request(
     except LLMDError as error:
         return ErrorReply.from_error(message.id, error)
     except Exception as error:  # the tokenizer's own failure (an id past its vocabulary)
-        parameter = "tokens" if isinstance(message, DetokenizeRequest) else "prompt"
+        parameter = "token_ids" if isinstance(message, DetokenizeRequest) else "prompt"
         text = f"{type(error).__name__}: {error}"
         return ErrorReply(message.id, "invalid_parameter", text, parameter)

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from llmd.errors import InvalidParameterError
 from llmd.http.body import read_json
 from llmd.http.chat_messages import wire_messages
 from llmd.http.context import HttpContext
@@ -63,7 +64,11 @@ async def detokenize(request: Request) -> Response:
     for token_id in body.tokens:
         if token_id < 0:
             raise bad_request(f"token id {token_id} is negative", "tokens")
-    return JSONResponse({"prompt": await context.client.detokenize(body.tokens)})
+    try:
+        text = await context.client.detokenize(body.tokens)
+    except InvalidParameterError as error:  # the daemon names its wire field, token_ids
+        raise bad_request(error.message, "tokens") from None
+    return JSONResponse({"prompt": text})
 
 
 def _parse(model: type[BaseModel], body: object):

@@ -255,7 +255,7 @@ class DetokenizeRequest(ClientRequest):
     def validate(self) -> None:
         super().validate()
         for token_id in self.token_ids:
-            require(0 <= token_id < 2**31, "tokens", f"token id {token_id} is out of range")
+            require(0 <= token_id < 2**31, "token_ids", f"token id {token_id} is out of range")
 
 
 ClientMessage = (
