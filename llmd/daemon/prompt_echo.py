@@ -6,6 +6,8 @@ maps with each token's own text, and decodes a token-id prompt for OpenAI's `ech
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from llmd.daemon.live_request import LiveRequest
 from llmd.engine.tokenizer import Tokenizer
 from llmd.outputs import TokenLogprob
@@ -50,9 +52,17 @@ def echo_prompt(
     ]
 
 
-def take_prompt_fields(live: LiveRequest) -> dict[str, object]:
+class PromptFieldValues(TypedDict):
+    """The optional prompt fields of a `token` or `finished` message."""
+
+    prompt_logprobs: list[LogprobEntry | None] | None
+    prompt_text: str | None
+    prompt_tokens: list[str] | None
+
+
+def take_prompt_fields(live: LiveRequest) -> PromptFieldValues:
     """The prompt fields for the request's next message, once (then they are dropped)."""
-    fields = {
+    fields: PromptFieldValues = {
         "prompt_logprobs": live.prompt_logprobs,
         "prompt_text": live.prompt_text,
         "prompt_tokens": live.prompt_tokens,

@@ -19,7 +19,8 @@ def echoed_logprobs(
     The actual token is listed among the alternatives, as vLLM does, so a caller can
     compare its logprob with the best one (lm-eval's greedy check).
     """
-    offsets, offset = [], 0
+    offsets: list[object] = []
+    offset = 0
     for token in prompt_tokens:
         offsets.append(offset)
         offset += len(token)

@@ -7,6 +7,8 @@ tokens}, and {tokens} -> {prompt}.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -18,6 +20,8 @@ from llmd.http.chat_messages import wire_messages
 from llmd.http.context import HttpContext
 from llmd.http.errors import bad_request
 from llmd.http.request_models import ChatMessage, first_problem
+
+BodyT = TypeVar("BodyT", bound=BaseModel)
 
 
 class TokenizeBody(BaseModel):
@@ -71,7 +75,7 @@ async def detokenize(request: Request) -> Response:
     return JSONResponse({"prompt": text})
 
 
-def _parse(model: type[BaseModel], body: object):
+def _parse(model: type[BodyT], body: object) -> BodyT:
     """The validated body; the first problem becomes a 400 naming its field."""
     if not isinstance(body, dict):
         raise bad_request("the request body must be a JSON object", None)

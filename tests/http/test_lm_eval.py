@@ -74,8 +74,11 @@ GEN_DOCS = [
 def _venv_python() -> Path:
     """The test venv's python with lm-eval importable; installs it once, or skips."""
     python = VENV / "bin" / "python"
-    check = [str(python), "-c", f"import lm_eval, tenacity, aiohttp, transformers, importlib.metadata as m; "
-             f"assert m.version('lm_eval') == '{LM_EVAL_VERSION}'"]  # fmt: skip
+    probe = (
+        "import lm_eval, tenacity, aiohttp, transformers, importlib.metadata as m; "
+        f"assert m.version('lm_eval') == '{LM_EVAL_VERSION}'"
+    )
+    check = [str(python), "-c", probe]
     if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
         return python
     try:
