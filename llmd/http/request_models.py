@@ -175,10 +175,16 @@ class ChatCompletionRequest(SamplingFields):
     """Function tools, checked into a `ToolPlan` (llmd/http/chat_tools.py)."""
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    prompt_logprobs: int | None = None
+    """vLLM's extension; refused here (a templated prompt's logprobs): use /v1/completions."""
 
     def check_supported(self) -> None:
-        """Also check top_logprobs against logprobs."""
+        """Also check top_logprobs against logprobs, and refuse prompt_logprobs."""
         super().check_supported()
+        if self.prompt_logprobs is not None:
+            raise bad_request(
+                "prompt_logprobs is supported on /v1/completions only", "prompt_logprobs"
+            )
         if self.top_logprobs is not None and not self.logprobs:
             raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
 

@@ -151,3 +151,8 @@ def test_echo_refusals(served_http):
     assert response.status_code == 400 and response.json()["error"]["param"] == "max_tokens"
     bad = _post(served_http, "/v1/completions", {"prompt": "x", "prompt_logprobs": 21})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_logprobs"
+    chat = {"messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 1}
+    refused = _post(served_http, "/v1/chat/completions", chat)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "prompt_logprobs"
+    without = _post(served_http, "/v1/completions", {"prompt": "x", "max_tokens": 0})
+    assert without.status_code == 400 and without.json()["error"]["param"] == "max_tokens"
