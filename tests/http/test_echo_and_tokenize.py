@@ -156,3 +156,24 @@ def test_echo_refusals(served_http):
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "prompt_logprobs"
     without = _post(served_http, "/v1/completions", {"prompt": "x", "max_tokens": 0})
     assert without.status_code == 400 and without.json()["error"]["param"] == "max_tokens"
+
+
+def test_streamed_echo_carries_the_prompt_logprobs_in_the_first_chunk(
+    served_http, prompt_ids, offline_entries
+):
+    body = {
+        "prompt": prompt_ids, "echo": True, "logprobs": 1, "max_tokens": 2, "temperature": 0,
+        "ignore_eos": True, "stream": True,
+    }  # fmt: skip
+    chunks = []
+    with httpx.stream("POST", f"{served_http.v1}/completions", json=body, timeout=60) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                chunks.append(json.loads(line.removeprefix("data: "))["choices"][0])
+    first = chunks[0]["logprobs"]
+    assert len(first["token_logprobs"]) == len(prompt_ids) + 1  # the prompt, then a token
+    assert first["token_logprobs"][0] is None
+    assert math.isclose(first["token_logprobs"][2], offline_entries[2].logprob, abs_tol=TOLERANCE)
+    second = chunks[1]["logprobs"]
+    assert len(second["token_logprobs"]) == 1 and second["token_logprobs"][0] is not None
+    assert second["text_offset"][0] == len(chunks[0]["text"])
