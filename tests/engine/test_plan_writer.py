@@ -58,9 +58,8 @@ def test_the_plan_after_an_end_names_it_finished_once():
 def test_a_preempted_request_is_named_then_resent_whole_with_its_outputs():
     # 6 blocks of 4: two requests of 9 prompt tokens (3 blocks each) fill the pool.
     scheduler = make_scheduler(num_blocks=6, block_size=4, max_num_batched_tokens=64)
-    old, new = (
-        make_request(num_prompt_tokens=9, max_tokens=8),
-        make_request(num_prompt_tokens=9, max_tokens=8),
+    old, new = make_request(num_prompt_tokens=9, max_tokens=8), make_request(
+        num_prompt_tokens=9, max_tokens=8
     )
     scheduler.add_request(old)
     scheduler.add_request(new)

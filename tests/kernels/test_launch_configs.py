@@ -19,13 +19,7 @@ from llmd.kernels.launch_configs import (
 
 def test_gpus_map_to_the_closest_older_tuned_arch():
     assert [_supported_arch(c) for c in (80, 86, 87, 89, 90, 100, 120)] == [
-        80,
-        86,
-        86,
-        89,
-        90,
-        90,
-        90,
+        80, 86, 86, 89, 90, 90, 90,
     ]
     assert _supported_arch(75) == 80  # older than any entry: the smallest tiles we have
     assert arch_of(torch.device("cpu")) == INTERPRETER_ARCH

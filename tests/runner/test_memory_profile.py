@@ -68,7 +68,9 @@ def cpu_runner(tmp_path):
     return runner
 
 
-def test_profiling_counts_reserved_memory_and_memory_outside_the_allocator(cpu_runner, monkeypatch):
+def test_profiling_counts_reserved_memory_and_memory_outside_the_allocator(
+    cpu_runner, monkeypatch
+):
     weights, peak_allocated, peak_reserved = 2 * GIB, 5 * GIB, 7 * GIB  # 2 GiB fragmented
     reserved_now, free_now = 6 * GIB, 33 * GIB  # 40 - 33 = 7 taken; 6 reserved -> 1 outside
     fakes = {

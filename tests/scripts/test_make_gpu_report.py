@@ -105,10 +105,9 @@ def test_targets_met_missed_and_unmeasured(tmp_path):
     verdicts = {what: (measured, met) for what, measured, met in checks}
     assert verdicts["decode attention b=64 ctx=4096 >= 80% of copy"] == ("90%", True)
     assert verdicts["decode attention b=1 ctx=32768 >= 80% of copy"] == ("19%", False)
-    assert verdicts["llmd, Triton + CUDA graphs, async scheduling >= 5x HF end to end"] == (
-        "10.00x",
-        True,
-    )
+    assert verdicts[
+        "llmd, Triton + CUDA graphs, async scheduling >= 5x HF end to end"
+    ] == ("10.00x", True)
     gap = "host gap < 5% of step time at batch 64, async scheduling"
     assert verdicts[gap] == ("3.0%", True)
     (tmp_path / "host_gap.json").unlink()
