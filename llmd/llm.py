@@ -198,6 +198,7 @@ class LLM:
             stop_reason=stop_reason,
             metrics=RequestMetrics.from_request(request),
             logprobs=tracked.logprobs,
+            prompt_logprobs=request.prompt_logprobs,
         )
 
 

@@ -331,7 +331,7 @@ class LLMEngine:
         ended_before = {c.request.request_id for c in plan.chunks if c.request.is_finished}
         self.scheduler.update_from_output(plan, output.sampled_token_ids, step.placeholder_ids)
         updates, self._finished_last_step = request_updates(
-            plan, output.logprobs, ended_before, self._finished_last_step
+            plan, output.logprobs, ended_before, self._finished_last_step, output.prompt_logprobs
         )
         stats = step_stats(
             plan, self.scheduler, output, started, scheduled, time.monotonic(),

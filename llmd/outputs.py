@@ -130,3 +130,6 @@ class RequestOutput:
     none); None when no tools were offered."""
     content: str | None = None
     """With tools: `text` less its calls (None when the reply is only calls); None without."""
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    """Per prompt token (None for the first): its logprob and the top alternatives, when
+    `SamplingParams.prompt_logprobs` asked for them."""

@@ -56,6 +56,9 @@ class SamplingParams:
     """Keep generating past the model's EOS token (for benchmarks)."""
     logprobs: int | None = None
     """Return the log-probability of each sampled token and the top-N alternatives."""
+    prompt_logprobs: int | None = None
+    """Return, for each prompt token after the first, its log-probability and the top-N
+    alternatives (computed in the prefill pass; such a request skips prefix-cache hits)."""
     skip_special_tokens: bool = True
     """Leave special tokens out of the detokenized text."""
     structured_outputs: StructuredOutputs | None = None
@@ -108,6 +111,8 @@ class SamplingParams:
         require(isinstance(self.ignore_eos, bool), "ignore_eos", "must be a boolean")
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
+        if self.prompt_logprobs is not None:
+            _check_int("prompt_logprobs", self.prompt_logprobs, 0, MAX_LOGPROBS)
         require(
             isinstance(self.skip_special_tokens, bool), "skip_special_tokens", "must be a boolean"
         )
@@ -131,6 +136,8 @@ class SamplingParams:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["stop"] = list(self.stop)
         data["stop_token_ids"] = list(self.stop_token_ids)
+        if self.prompt_logprobs is None:
+            del data["prompt_logprobs"]  # older daemons refuse fields they do not know
         if self.structured_outputs is None:
             del data["structured_outputs"]  # the wire stays as it was for free text
         else:

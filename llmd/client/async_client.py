@@ -26,6 +26,8 @@ from llmd.protocol import (
     AbortRequest,
     Accepted,
     DaemonMessage,
+    DetokenizeReply,
+    DetokenizeRequest,
     Finished,
     GenerateRequest,
     HealthRequest,
@@ -35,6 +37,8 @@ from llmd.protocol import (
     StatsRequest,
     StatsSnapshot,
     SubscribeRequest,
+    TokenizeReply,
+    TokenizeRequest,
     UnsubscribeRequest,
     WireMessage,
 )
@@ -87,6 +91,25 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
         reply = await self._request(StatsRequest(self._core.new_id(), **options))
         assert isinstance(reply, StatsReply)  # the daemon answers stats with stats
         return reply.snapshot
+
+    async def tokenize(
+        self,
+        prompt: str | None = None,
+        messages: list[dict[str, object]] | None = None,
+        add_special_tokens: bool = True,
+    ) -> TokenizeReply:
+        """Token ids of `prompt` (or of chat `messages` through the template), and the
+        model's context length, from the daemon's tokenizer."""
+        message = TokenizeRequest(self._core.new_id(), prompt, messages, add_special_tokens)
+        reply = await self._request(message)
+        assert isinstance(reply, TokenizeReply)  # the daemon answers tokenize with tokenized
+        return reply
+
+    async def detokenize(self, token_ids: list[int]) -> str:
+        """The text of `token_ids` (special tokens included), from the daemon's tokenizer."""
+        reply = await self._request(DetokenizeRequest(self._core.new_id(), list(token_ids)))
+        assert isinstance(reply, DetokenizeReply)  # the daemon answers detokenize so
+        return reply.text
 
     async def health(self) -> dict[str, object]:
         """The daemon's health reply as a dict."""
@@ -207,7 +230,9 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
         with contextlib.suppress(Exception):  # the daemon may already be gone
             await self._send(message)
 
-    async def _request(self, message: HealthRequest | StatsRequest) -> DaemonMessage:
+    async def _request(
+        self, message: HealthRequest | StatsRequest | TokenizeRequest | DetokenizeRequest
+    ) -> DaemonMessage:
         """Send and return the single reply (raising an error reply as its exception)."""
         self._open(message.id)
         try:
@@ -271,4 +296,3 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
             raise
         except Exception as error:  # a broken socket: wake every waiter with the error
             self._wake(self._core.fail_all(error))
-

@@ -25,6 +25,7 @@ from llmd.protocol import (
     AbortRequest,
     Ack,
     DaemonMessage,
+    DetokenizeReply,
     ErrorReply,
     GenerateRequest,
     HealthReply,
@@ -33,6 +34,7 @@ from llmd.protocol import (
     StatsReply,
     StatsRequest,
     SubscribeRequest,
+    TokenizeReply,
     UnsubscribeRequest,
     WireMessage,
     decode_daemon_message,
@@ -76,6 +78,7 @@ class ClientCore:
         params: SamplingParams | dict[str, object] | None = None,
         priority: int = 0,
         label: str | None = None,
+        echo: bool = False,
     ) -> GenerateRequest:
         """A validated generate under a new id (raises typed errors before anything is sent).
 
@@ -99,6 +102,7 @@ class ClientCore:
             stream=stream,
             priority=priority,
             label=label,
+            echo=echo,
         )
 
     def hello(self) -> HealthRequest:
@@ -213,8 +217,9 @@ class ClientCore:
 
 
 def one_shot_reply(reply: DaemonMessage) -> DaemonMessage:
-    """The reply to stats, health or shutdown, checked to be of a type that can answer one."""
-    if not isinstance(reply, (StatsReply, HealthReply, Ack)):
+    """The reply to stats, health, shutdown, tokenize or detokenize, checked to be of a type
+    that can answer one."""
+    if not isinstance(reply, (StatsReply, HealthReply, Ack, TokenizeReply, DetokenizeReply)):
         raise ProtocolError(f"unexpected {type(reply).__name__} reply", "type")
     return reply
 

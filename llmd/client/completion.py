@@ -37,6 +37,12 @@ class Completion:
     num_preemptions: int = 0
     waits: WaitBreakdown | None = None
     """Why it waited, its prefill chunks and prefix hits (None from a daemon that does not say)."""
+    prompt_logprobs: list[LogprobEntry | None] | None = None
+    """Per prompt token (null for the first), when `prompt_logprobs` was asked for."""
+    prompt_text: str | None = None
+    """The prompt's text, when `echo` was asked for."""
+    prompt_tokens: list[str] | None = None
+    """Each prompt token's text, when `echo` was asked for."""
 
     @classmethod
     def from_finished(cls, accepted: Accepted | None, finished: Finished, text: str) -> Completion:
@@ -54,4 +60,7 @@ class Completion:
             logprobs=finished.logprobs,
             num_preemptions=finished.num_preemptions,
             waits=WaitBreakdown.from_dict(finished.breakdown),
+            prompt_logprobs=finished.prompt_logprobs,
+            prompt_text=finished.prompt_text,
+            prompt_tokens=finished.prompt_tokens,
         )

@@ -27,6 +27,8 @@ class PromptOptions(TypedDict, total=False):
     label: str | None
     """Letters, digits, `-_.:/+=@`: names the request in the daemon's log lines and in
     `llmd top`."""
+    echo: bool
+    """Also return the prompt's text and its tokens' texts (a prompt, not messages)."""
 
 
 class GenerateOptions(PromptOptions, total=False):

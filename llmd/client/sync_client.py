@@ -24,6 +24,8 @@ from llmd.protocol import (
     AbortRequest,
     Accepted,
     DaemonMessage,
+    DetokenizeReply,
+    DetokenizeRequest,
     Finished,
     GenerateRequest,
     HealthRequest,
@@ -33,6 +35,8 @@ from llmd.protocol import (
     StatsRequest,
     StatsSnapshot,
     SubscribeRequest,
+    TokenizeReply,
+    TokenizeRequest,
     UnsubscribeRequest,
     WireMessage,
 )
@@ -77,6 +81,25 @@ class Client(ClientShell[Generator[StreamEvent, None, None], Iterator[StatsSnaps
         reply = self._request(StatsRequest(self._core.new_id(), **options))
         assert isinstance(reply, StatsReply)  # the daemon answers stats with stats
         return reply.snapshot
+
+    def tokenize(
+        self,
+        prompt: str | None = None,
+        messages: list[dict[str, object]] | None = None,
+        add_special_tokens: bool = True,
+    ) -> TokenizeReply:
+        """Token ids of `prompt` (or of chat `messages` through the template), and the
+        model's context length, from the daemon's tokenizer."""
+        message = TokenizeRequest(self._core.new_id(), prompt, messages, add_special_tokens)
+        reply = self._request(message)
+        assert isinstance(reply, TokenizeReply)  # the daemon answers tokenize with tokenized
+        return reply
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        """The text of `token_ids` (special tokens included), from the daemon's tokenizer."""
+        reply = self._request(DetokenizeRequest(self._core.new_id(), list(token_ids)))
+        assert isinstance(reply, DetokenizeReply)  # the daemon answers detokenize so
+        return reply.text
 
     def health(self) -> dict[str, object]:
         """The daemon's health reply as a dict (status, is_healthy, pid, model, ...)."""
@@ -173,7 +196,9 @@ class Client(ClientShell[Generator[StreamEvent, None, None], Iterator[StatsSnaps
         with contextlib.suppress(Exception):  # the daemon may already be gone
             self._send(message)
 
-    def _request(self, message: HealthRequest | StatsRequest) -> DaemonMessage:
+    def _request(
+        self, message: HealthRequest | StatsRequest | TokenizeRequest | DetokenizeRequest
+    ) -> DaemonMessage:
         """Send and return the single reply (raising an error reply as its exception)."""
         self._core.open(message.id)
         try:

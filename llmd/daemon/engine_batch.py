@@ -24,6 +24,8 @@ class UpdateRecord:
     is_finished: bool
     request: EndedRequest | None = None
     """Its final state, copied when `is_finished` (None while it runs)."""
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    """Every prompt token's entry, on its first output token's record (when asked for)."""
 
 
 @dataclass

@@ -265,6 +265,7 @@ class EngineLoop:
                     update.new_logprobs,
                     is_finished,
                     EndedRequest.of(request) if is_finished else None,
+                    update.prompt_logprobs,
                 )
             )
             num_generated += len(update.new_token_ids)

@@ -10,6 +10,7 @@ import logging
 
 from llmd.daemon.engine_loop import label_text
 from llmd.daemon.live_request import LiveRequest
+from llmd.daemon.prompt_echo import take_prompt_fields
 from llmd.engine.ended_request import EndedRequest
 from llmd.engine.request import FinishReason
 from llmd.outputs import RequestMetrics
@@ -51,6 +52,7 @@ def finished_message(
         logprobs=None if live.stream else live.logprobs,
         num_preemptions=request.num_preemptions,
         breakdown=metrics.waits.to_dict(),
+        **take_prompt_fields(live),
     )
 
 

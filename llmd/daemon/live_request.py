@@ -35,6 +35,12 @@ class LiveRequest:
     """A stop or abort was sent to the engine; later tokens are ignored."""
     num_progress_reported: int = 0
     """Prefill progress marks reported so far (see `should_report_progress`)."""
+    prompt_logprobs: list[LogprobEntry | None] | None = None
+    """The prompt's logprobs once computed, until a message carries them."""
+    prompt_text: str | None = None
+    """The prompt's text for an echo, until a message carries it."""
+    prompt_tokens: list[str] | None = None
+    """Each prompt token's text for an echo, until a message carries them."""
 
     def __post_init__(self) -> None:
         self.logprobs = [] if self.params.logprobs is not None else None

@@ -53,11 +53,13 @@ from llmd.protocol import (
     AbortRequest,
     Ack,
     Address,
+    DetokenizeRequest,
     GenerateRequest,
     HealthRequest,
     ShutdownRequest,
     StatsRequest,
     SubscribeRequest,
+    TokenizeRequest,
     UnsubscribeRequest,
     WireMessage,
     message_id,
@@ -244,6 +246,8 @@ class Daemon:
             self.transport.send_message(peer, Ack(message.id, "unsubscribed"))
         elif isinstance(message, HealthRequest):
             self.transport.send_message(peer, health_reply(self, peer, message))
+        elif isinstance(message, (TokenizeRequest, DetokenizeRequest)):
+            self.text_worker.answer_tokenizer_request(peer, message)
         elif isinstance(message, ShutdownRequest):
             self.transport.send_message(peer, Ack(message.id, "draining"))
             self._on_drain(Drain(message.now, message.timeout_s, (peer, message.id)))

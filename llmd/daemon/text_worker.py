@@ -25,8 +25,15 @@ from llmd.daemon.finished_message import (
 )
 from llmd.daemon.live_request import LiveRequest
 from llmd.daemon.outbox import Outbox, Send, SendGroup
+from llmd.daemon.prompt_echo import (
+    echo_prompt,
+    logprob_entry,
+    prompt_logprob_entries,
+    take_prompt_fields,
+)
 from llmd.daemon.prompt_limits import PromptLimits
 from llmd.daemon.thread_names import name_os_thread
+from llmd.daemon.tokenizer_requests import TokenizerRequest, answer_tokenizer_request
 from llmd.engine.detokenizer import IncrementalDetokenizer
 from llmd.engine.ended_request import EndedRequest
 from llmd.engine.request import FinishReason
@@ -34,12 +41,11 @@ from llmd.engine.text_stream import TextStream, is_ended_on_token
 from llmd.engine.tokenizer import Tokenizer
 from llmd.errors import EngineDeadError, InvalidParameterError, LLMDError
 from llmd.metrics import ServingMetrics
-from llmd.outputs import RequestMetrics, TokenLogprob
+from llmd.outputs import RequestMetrics
 from llmd.protocol import (
     Accepted,
     ErrorReply,
     GenerateRequest,
-    LogprobEntry,
     PrefillProgress,
     RequestFailedError,
     TokenDelta,
@@ -139,6 +145,17 @@ class TextWorker:
             self._thread.join(timeout)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def answer_tokenizer_request(self, peer: bytes, message: TokenizerRequest) -> None:
+        """Answer a tokenize or detokenize in the tokenizer pool (called by the I/O thread)."""
+
+        def answer() -> None:
+            reply = answer_tokenizer_request(
+                self.tokenizer, message, self.limits.max_model_len, self.tool_call_parser
+            )
+            self.outbox.post(Send(peer, encode(reply)))
+
+        self._pool.submit(answer)
+
     @property
     def is_alive(self) -> bool:
         """True while the thread runs."""
@@ -222,6 +239,8 @@ class TextWorker:
             TextStream(detokenizer),
             message.label,
         )
+        if message.echo:
+            echo_prompt(self._live[job.engine_id], self.tokenizer, message.prompt, prompt_token_ids)
         self.engine_loop.submit(
             AddCommand(
                 job.engine_id,
@@ -302,7 +321,9 @@ class TextWorker:
         )
         step = live.text.advance(update.new_token_ids, update.is_finished, is_on_token)
         text = step.text
-        new_logprobs = [_logprob_dict(lp, self.tokenizer) for lp in update.new_logprobs or ()]
+        if update.prompt_logprobs is not None:
+            live.prompt_logprobs = prompt_logprob_entries(update.prompt_logprobs, self.tokenizer)
+        new_logprobs = [logprob_entry(lp, self.tokenizer) for lp in update.new_logprobs or ()]
         if live.logprobs is not None:
             live.logprobs.extend(new_logprobs)
         if step.stop_string is not None and not update.is_finished:
@@ -317,7 +338,10 @@ class TextWorker:
             )
         if live.stream and (text or update.new_token_ids):
             logprobs = new_logprobs if live.logprobs is not None else None
-            self._send(live, TokenDelta(live.client_id, text, update.new_token_ids, logprobs))
+            delta = TokenDelta(
+                live.client_id, text, update.new_token_ids, logprobs, **take_prompt_fields(live)
+            )
+            self._send(live, delta)
         if ended is not None:
             self._finish(live, ended)
 
@@ -369,18 +393,3 @@ class TextWorker:
             logger.error("request %s failed: %r", client_id, error)
             reply = ErrorReply(client_id, "internal", f"{type(error).__name__}: {error}")
         self._post(Send(peer, encode(reply), (peer, client_id)))
-
-
-def _logprob_dict(logprob: TokenLogprob, tokenizer: Tokenizer) -> LogprobEntry:
-    def text_of(token_id: int) -> str:  # a token's own text, as OpenAI's logprobs show it
-        return tokenizer.decode([token_id], skip_special_tokens=False)
-
-    return {
-        "token_id": logprob.token_id,
-        "logprob": logprob.logprob,
-        "rank": logprob.rank,
-        "top_token_ids": list(logprob.top_token_ids),
-        "top_logprobs": list(logprob.top_logprobs),
-        "token": text_of(logprob.token_id),
-        "top_tokens": [text_of(token_id) for token_id in logprob.top_token_ids],
-    }

@@ -115,9 +115,12 @@ class BlockManager:
         """Longest cached prefix of a request with no computed tokens: (blocks, num_tokens).
 
         At least one token is always left to compute, because the step that computes the
-        last prompt token is the one that produces the first output's logits.
+        last prompt token is the one that produces the first output's logits. A request
+        that asks for prompt logprobs gets no hit: every prompt position must be computed.
         """
         if not self.enable_prefix_caching or request.num_computed_tokens != 0:
+            return [], 0
+        if request.sampling_params.prompt_logprobs is not None:
             return [], 0
         self._update_block_hashes(request)
         max_hit_blocks = (request.num_tokens - 1) // self.block_size

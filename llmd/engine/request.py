@@ -9,11 +9,14 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from llmd.engine.scheduler_output import PENDING_TOKEN_ID
 from llmd.engine.wait_ledger import WaitLedger
 from llmd.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from llmd.outputs import TokenLogprob
 
 __all__ = [
     "PENDING_TOKEN_ID",
@@ -115,6 +118,11 @@ class Request:
         """Why and how long it waited for admission, and its prefill stalls (WaitTracker)."""
         self.grammar: TokenGrammar | None = None
         """The constraint's matcher (structured outputs), set once its grammar compiled."""
+        self.prompt_logprobs: list[TokenLogprob | None] | None = None
+        """Per prompt token, its logprob entry (None for the first), filled as prefill chunks
+        are computed; None when `sampling_params.prompt_logprobs` is."""
+        if sampling_params.prompt_logprobs is not None:
+            self.prompt_logprobs = [None]
 
     @property
     def prompt_token_ids(self) -> list[int]:
@@ -145,6 +153,22 @@ class Request:
     def is_finished(self) -> bool:
         """True once a finish reason is set."""
         return self.status is RequestStatus.FINISHED
+
+    def add_prompt_logprobs(self, first_position: int, entries: list[TokenLogprob]) -> None:
+        """Record the entries of positions from `first_position` on (each predicts the next
+        prompt token); positions recorded already (a recomputation) are skipped."""
+        kept = self.prompt_logprobs
+        if kept is None:
+            return
+        for index, entry in enumerate(entries, start=first_position + 1):
+            if index == len(kept):
+                kept.append(entry)
+
+    @property
+    def is_prompt_logprobs_complete(self) -> bool:
+        """True when every prompt token after the first has its entry."""
+        kept = self.prompt_logprobs
+        return kept is not None and len(kept) == self.num_prompt_tokens
 
     def append_token(self, token_id: int, now: float) -> None:
         """Record one sampled token and its arrival time."""

@@ -27,6 +27,9 @@ class RequestUpdate:
     request: Request
     new_token_ids: list[int]
     new_logprobs: list[TokenLogprob] | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    """Every prompt token's entry, on the update of a request's first output token (when
+    it asked for them)."""
 
     @property
     def is_finished(self) -> bool:
@@ -49,19 +52,24 @@ def request_updates(
     logprobs: dict[str, TokenLogprob],
     ended_before: set[str],
     reported_ended: set[str],
+    prompt_logprobs: dict[str, tuple[int, list[TokenLogprob]]] | None = None,
 ) -> tuple[list[RequestUpdate], set[str]]:
     """The updates of a plan whose samples were just applied, and the ids it ended.
 
     One per sampling request (its new token) and one without tokens per request that
     ended from outside while the step ran (`ended_before`), unless its end was reported
     already (`reported_ended`: the previous apply's ids, whose next sample a pipelined
-    step had launched meanwhile), so that every request ends exactly once.
+    step had launched meanwhile), so that every request ends exactly once. The step's
+    `prompt_logprobs` (by request id) are recorded first; the update of a request's first
+    output token carries them all.
     """
     updates = []
     ended_now: set[str] = set()
     for chunk in plan.chunks:
         request = chunk.request
         request_id = request.request_id
+        if prompt_logprobs and request_id in prompt_logprobs:
+            request.add_prompt_logprobs(*prompt_logprobs[request_id])
         if request_id in ended_before:
             if request_id not in reported_ended:
                 updates.append(RequestUpdate(request, []))
@@ -70,7 +78,10 @@ def request_updates(
             continue
         logprob = logprobs.get(request_id)
         new_logprobs = None if logprob is None else [logprob]
-        updates.append(RequestUpdate(request, [request.all_token_ids[-1]], new_logprobs))
+        update = RequestUpdate(request, [request.all_token_ids[-1]], new_logprobs)
+        if request.prompt_logprobs is not None and request.num_output_tokens == 1:
+            update.prompt_logprobs = list(request.prompt_logprobs)
+        updates.append(update)
         if request.is_finished:
             ended_now.add(request_id)
     return updates, ended_now

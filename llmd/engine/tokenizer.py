@@ -42,11 +42,12 @@ class Tokenizer:
         """The beginning-of-sequence token id, if the tokenizer has one."""
         return self.hf_tokenizer.bos_token_id
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, with BOS (or other special tokens) where the tokenizer adds them."""
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text`, with BOS (or other special tokens) where the tokenizer adds
+        them, unless `add_special_tokens` is False."""
         if not isinstance(text, str):
             raise InvalidParameterError(f"must be a string, got {type(text).__name__}", "prompt")
-        return list(self.hf_tokenizer.encode(text, add_special_tokens=True))
+        return list(self.hf_tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
         """Text of `token_ids`, never applying transformers' tokenization-space clean-up."""

@@ -26,6 +26,7 @@ from llmd.http.completions import create_completion
 from llmd.http.context import HttpContext, ServedModel
 from llmd.http.errors import HttpError, from_llmd_error, not_found
 from llmd.http.request_id import RequestIdMiddleware
+from llmd.http.tokenizer_routes import TOKENIZER_ROUTES
 from llmd.protocol import PROTOCOL_VERSION
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ def create_app(context: HttpContext) -> Starlette:
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             Route("/v1/completions", create_completion, methods=["POST"]),
             Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
+            *TOKENIZER_ROUTES,
         ],
         middleware=[
             Middleware(RequestIdMiddleware),

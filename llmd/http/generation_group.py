@@ -27,6 +27,8 @@ class PromptInput(TypedDict, total=False):
     """Function tools for the chat template (with `messages`)."""
     params: dict[str, object]
     """Replaces the group's params (the n choices of one prompt differ by seed)."""
+    echo: bool
+    """Get the prompt's text and its tokens' texts back (completions' `echo`)."""
 
 
 class _Done:
@@ -131,6 +133,7 @@ class GenerationGroup:
             "tools": prompt.get("tools"),
             "params": prompt.get("params", self.params),
             "label": self.label,
+            "echo": prompt.get("echo", False),
         }
 
     async def _pump(self, index: int, prompt: PromptInput) -> None:

@@ -7,7 +7,7 @@ the finish reasons, the usage and the timings are written once and cannot drift 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request
@@ -78,8 +78,11 @@ async def answer(
     params: dict[str, object],
     head: dict[str, object],
     wording: ChoiceWording,
+    prepare: Callable[[Completion], Completion] | None = None,
 ) -> Response:
-    """Send `inputs` (one per choice) and answer with every choice, whole or streamed."""
+    """Send `inputs` (one per choice) and answer with every choice, whole or streamed.
+
+    `prepare` rewrites each whole completion first (completions' `max_tokens: 0`)."""
     context: HttpContext = request.app.state.context
     label = getattr(request.state, STATE_KEY, None)
     group = GenerationGroup(context.client, inputs, params, stream=body.stream, label=label)
@@ -91,6 +94,8 @@ async def answer(
     completions = await complete(request, group)
     if completions is None:
         return client_gone()
+    if prepare is not None:
+        completions = [prepare(completion) for completion in completions]
     choices = []
     for index, completion in enumerate(completions):
         choice = wording.whole(index, completion)

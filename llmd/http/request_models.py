@@ -1,7 +1,7 @@
 """Request bodies of /v1/completions and /v1/chat/completions, as OpenAI documents them.
 
 pydantic checks types and names the offending field in a 400; fields OpenAI defines that
-llmd does not implement (echo, best_of, logit_bias, ...) are refused by name rather than ignored.
+llmd does not implement (suffix, best_of, logit_bias, ...) are refused by name rather than ignored.
 """
 
 from __future__ import annotations
@@ -76,12 +76,18 @@ class CompletionRequest(SamplingFields):
     suffix: str | None = None
     best_of: int | None = None
     logprobs: int | None = Field(default=None, ge=0)
+    # vLLM's extension: each choice's prompt tokens' logprobs and top alternatives.
+    prompt_logprobs: int | None = Field(default=None, ge=0)
 
     def check_supported(self) -> None:
-        """Also refuse echo, suffix and best_of > 1."""
+        """Also refuse suffix, best_of > 1, and max_tokens 0 without echo or streamed."""
         super().check_supported()
-        if self.echo:
-            raise bad_request("echo is not supported; send the prompt yourself", "echo")
+        if self.max_tokens == 0 and not self.echo:
+            raise bad_request(
+                "max_tokens 0 needs echo: true (it returns only the prompt)", "max_tokens"
+            )
+        if self.max_tokens == 0 and self.stream:
+            raise bad_request("max_tokens 0 cannot be streamed", "max_tokens")
         if self.suffix:
             raise bad_request("suffix (insertion) is not supported", "suffix")
         if self.best_of not in (None, 1):
@@ -169,10 +175,16 @@ class ChatCompletionRequest(SamplingFields):
     """Function tools, checked into a `ToolPlan` (llmd/http/chat_tools.py)."""
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    prompt_logprobs: int | None = None
+    """vLLM's extension; refused here (a templated prompt's logprobs): use /v1/completions."""
 
     def check_supported(self) -> None:
-        """Also check top_logprobs against logprobs."""
+        """Also check top_logprobs against logprobs, and refuse prompt_logprobs."""
         super().check_supported()
+        if self.prompt_logprobs is not None:
+            raise bad_request(
+                "prompt_logprobs is supported on /v1/completions only", "prompt_logprobs"
+            )
         if self.top_logprobs is not None and not self.logprobs:
             raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
 
@@ -188,12 +200,13 @@ def parse_body(model: type[RequestT], body: object) -> RequestT:
     try:
         request = model.model_validate(body)
     except ValidationError as error:
-        raise _first_problem(error) from None
+        raise first_problem(error) from None
     request.check_supported()
     return request
 
 
-def _first_problem(error: ValidationError) -> HttpError:
+def first_problem(error: ValidationError) -> HttpError:
+    """The first problem pydantic found, as a 400 naming its field."""
     problem = error.errors(include_url=False)[0]
     field = ".".join(str(part) for part in problem["loc"] if not _is_union_tag(part))
     return bad_request(f"{field}: {problem['msg']}", field or None)

@@ -41,8 +41,17 @@ def completion_params(
     params["max_tokens"] = (
         DEFAULT_COMPLETION_MAX_TOKENS if request.max_tokens is None else request.max_tokens
     )
+    if request.max_tokens == 0:  # echo only (checked): one token is sampled, then dropped
+        params["max_tokens"] = 1
+        params.pop("min_tokens", None)
     if request.logprobs is not None:
         params["logprobs"] = request.logprobs
+    wanted = [request.prompt_logprobs]
+    if request.echo and request.logprobs is not None:
+        wanted.append(request.logprobs)  # the echoed prompt's logprobs come first
+    asked = [num for num in wanted if num is not None]
+    if asked:
+        params["prompt_logprobs"] = max(asked)
     return _validated(params, {})
 
 

@@ -15,11 +15,13 @@ from llmd.protocol.client_messages import (
     CLIENT_MESSAGE_TYPES,
     AbortRequest,
     ClientMessage,
+    DetokenizeRequest,
     GenerateRequest,
     HealthRequest,
     ShutdownRequest,
     StatsRequest,
     SubscribeRequest,
+    TokenizeRequest,
     UnsubscribeRequest,
 )
 from llmd.protocol.codec import DEFAULT_MAX_MESSAGE_BYTES, pack, unpack
@@ -28,6 +30,7 @@ from llmd.protocol.daemon_messages import (
     Accepted,
     Ack,
     DaemonMessage,
+    DetokenizeReply,
     ErrorReply,
     Finished,
     HealthReply,
@@ -35,6 +38,7 @@ from llmd.protocol.daemon_messages import (
     PrefillProgress,
     StatsReply,
     TokenDelta,
+    TokenizeReply,
 )
 from llmd.protocol.errors import (
     DuplicateRequestIdError,
@@ -59,6 +63,8 @@ __all__ = [
     "Address",
     "ClientMessage",
     "DaemonMessage",
+    "DetokenizeReply",
+    "DetokenizeRequest",
     "DuplicateRequestIdError",
     "ErrorReply",
     "Finished",
@@ -77,6 +83,8 @@ __all__ = [
     "StatsSnapshot",
     "SubscribeRequest",
     "TokenDelta",
+    "TokenizeReply",
+    "TokenizeRequest",
     "UnsubscribeRequest",
     "WireMessage",
     "decode_client_message",
@@ -92,6 +100,7 @@ __all__ = [
     "parse_message",
     "runtime_dir",
 ]
+
 
 def encode(message: WireMessage) -> bytes:
     """msgpack bytes of a message."""

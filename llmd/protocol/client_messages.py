@@ -82,11 +82,16 @@ class GenerateRequest(ClientRequest):
     tools: list[dict[str, object]] | None = None
     """Function tools (OpenAI's shape) the chat template lists for `messages`; left off the
     wire when None, so a daemon that predates tools still reads every other request."""
+    echo: bool = False
+    """Send the prompt's text and its tokens' texts back (OpenAI's `echo`); left off the
+    wire when False."""
 
     def to_wire(self) -> dict[str, object]:
         data = super().to_wire()
         if self.tools is None:
             del data["tools"]
+        if not self.echo:
+            del data["echo"]
         return data
 
     def validate(self) -> None:
@@ -97,6 +102,9 @@ class GenerateRequest(ClientRequest):
             raise InvalidParameterError("tools need chat messages", "tools")
         if self.messages is not None:
             check_messages(self.messages)
+        require(isinstance(self.echo, bool), "echo", "must be a boolean")
+        if self.echo and self.messages is not None:
+            raise InvalidParameterError("echo needs a prompt, not chat messages", "echo")
         num_inputs = sum(
             value is not None for value in (self.prompt, self.prompt_token_ids, self.messages)
         )
@@ -219,6 +227,37 @@ class ShutdownRequest(ClientRequest):
             require(self.timeout_s >= 0, "timeout_s", "must be >= 0")
 
 
+@dataclass(frozen=True)
+class TokenizeRequest(ClientRequest):
+    """Token ids of exactly one of `prompt` or chat `messages` (rendered by the template)."""
+
+    TYPE = "tokenize"
+    prompt: str | None = None
+    messages: list[dict[str, object]] | None = None
+    add_special_tokens: bool = True
+    """Let the tokenizer add BOS and the like to a prompt (chat templates write their own)."""
+
+    def validate(self) -> None:
+        super().validate()
+        if (self.prompt is None) == (self.messages is None):
+            raise InvalidParameterError("give exactly one of prompt or messages", "prompt")
+        if self.messages is not None:
+            check_messages(self.messages)
+
+
+@dataclass(frozen=True)
+class DetokenizeRequest(ClientRequest):
+    """The text of `token_ids` (special tokens included)."""
+
+    TYPE = "detokenize"
+    token_ids: list[int]
+
+    def validate(self) -> None:
+        super().validate()
+        for token_id in self.token_ids:
+            require(0 <= token_id < 2**31, "token_ids", f"token id {token_id} is out of range")
+
+
 ClientMessage = (
     GenerateRequest
     | AbortRequest
@@ -227,6 +266,8 @@ ClientMessage = (
     | UnsubscribeRequest
     | HealthRequest
     | ShutdownRequest
+    | TokenizeRequest
+    | DetokenizeRequest
 )
 
 CLIENT_MESSAGE_TYPES: dict[str, type[WireMessage]] = message_types(ClientMessage)

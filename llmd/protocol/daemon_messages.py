@@ -50,8 +50,27 @@ class PrefillProgress(Reply):
     num_prompt_tokens: int
 
 
+class PromptFields(Reply):
+    """The optional prompt results a request asked for, left off the wire when None.
+
+    `prompt_logprobs`: one entry per prompt token, null for the first (vLLM's shape);
+    `prompt_text` and `prompt_tokens`: the prompt and each of its tokens' texts (echo).
+    A streaming request gets them on its first `token` message, any other on `finished`.
+    """
+
+    def to_wire(self) -> dict[str, object]:
+        data = super().to_wire()
+        for name in PROMPT_FIELDS:
+            if data[name] is None:
+                del data[name]
+        return data
+
+
+PROMPT_FIELDS = ("prompt_logprobs", "prompt_text", "prompt_tokens")
+
+
 @dataclass(frozen=True)
-class TokenDelta(Reply):
+class TokenDelta(PromptFields):
     """New output of a streaming request: text that became safe to show and the token ids."""
 
     TYPE = "token"
@@ -59,10 +78,13 @@ class TokenDelta(Reply):
     token_ids: list[int]
     logprobs: list[LogprobEntry] | None = None
     """Per token: {token_id, logprob, rank, top_token_ids, top_logprobs}."""
+    prompt_logprobs: list[LogprobEntry | None] | None = None
+    prompt_text: str | None = None
+    prompt_tokens: list[str] | None = None
 
 
 @dataclass(frozen=True)
-class Finished(Reply):
+class Finished(PromptFields):
     """The request ended; the last message about it."""
 
     TYPE = "finished"
@@ -84,6 +106,9 @@ class Finished(Reply):
     breakdown: dict[str, object] | None = None
     """Why the request waited and how its prompt was computed: llmd.wait_breakdown's wire
     form (wait seconds and steps per reason, prefill chunks, prefix hits, preemptions)."""
+    prompt_logprobs: list[LogprobEntry | None] | None = None
+    prompt_text: str | None = None
+    prompt_tokens: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +209,23 @@ class Ack(Reply):
     message: str
 
 
+@dataclass(frozen=True)
+class TokenizeReply(Reply):
+    """A `tokenize` answered: the token ids and the model's context, in tokens."""
+
+    TYPE = "tokenized"
+    token_ids: list[int]
+    max_model_len: int
+
+
+@dataclass(frozen=True)
+class DetokenizeReply(Reply):
+    """A `detokenize` answered: the text of the ids."""
+
+    TYPE = "detokenized"
+    text: str
+
+
 DaemonMessage = (
     Accepted
     | PrefillProgress
@@ -194,6 +236,8 @@ DaemonMessage = (
     | HealthReply
     | Ack
     | Keepalive
+    | TokenizeReply
+    | DetokenizeReply
 )
 
 DAEMON_MESSAGE_TYPES: dict[str, type[WireMessage]] = message_types(DaemonMessage)

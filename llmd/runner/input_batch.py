@@ -9,7 +9,8 @@ the graph's batch size with rows that store nothing and attend to nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -31,6 +32,8 @@ class InputBatch:
     logits_indices: torch.Tensor  # [num_sampling] int64: rows whose logits are sampled
     sampling_request_indices: list[int]
     """Index into the plan's chunks of each sampled row, in row order."""
+    prompt_logprob_spans: list[Any] = field(default_factory=list)
+    """`prompt_logprobs.PromptLogprobSpan`s: rows whose prompt logprobs this step computes."""
 
 
 def build_input_batch(

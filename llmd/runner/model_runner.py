@@ -42,6 +42,7 @@ from llmd.runner.pending_step import PendingStep, RunnerOutput, StepEvents
 from llmd.runner.pending_tokens import PendingTokens
 from llmd.runner.persistent_batch import PersistentBatch
 from llmd.runner.profile_batch import dummy_prefill_batch
+from llmd.runner.prompt_logprobs import PromptLogprobs
 from llmd.runner.row_argmax import make_row_argmax
 from llmd.runner.sampler import Sampler, SampleRow, SamplingBatch, build_sampling_batch
 from llmd.runner.sampling_state import SamplingState
@@ -323,6 +324,11 @@ class ModelRunner:
                 hidden = self.graph_runner.replay(graph_size)  # [graph_size, hidden]
             logits = self.model.compute_logits(hidden[batch.logits_indices])  # [n, vocab]
             sample = self.sampler.sample(logits, sampling_batch)
+            prompt_logprobs = None
+            if batch.prompt_logprob_spans:
+                prompt_logprobs = PromptLogprobs.compute(
+                    self.model.compute_logits, hidden, batch.prompt_logprob_spans
+                )
             penalties = sampling_batch.penalties
             if penalties is not None and penalties.count_slots is not None:
                 self.sampling_state.record_sampled(
@@ -339,7 +345,7 @@ class ModelRunner:
         )
         pending = PendingStep.start(
             request_ids, sampling_batch, sample, prepared - start, time.perf_counter() - prepared,
-            events,
+            events, prompt_logprobs,
         )  # fmt: skip
         if events is not None:
             self._last_done_event = events.done

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from llmd.outputs import TokenLogprob
+from llmd.runner.prompt_logprobs import PromptLogprobs
 from llmd.runner.sampler import DeviceSample, SamplerOutput
 from llmd.runner.sampling_batch import SamplingBatch
 
@@ -29,6 +30,8 @@ class RunnerOutput:
 
     sampled_token_ids: dict[str, int]
     logprobs: dict[str, TokenLogprob] = field(default_factory=dict)
+    prompt_logprobs: dict[str, tuple[int, list[TokenLogprob]]] = field(default_factory=dict)
+    """Per request that asked: its first position this step and one entry per position."""
     prepare_s: float = 0.0
     forward_s: float = 0.0
     sample_s: float = 0.0
@@ -59,6 +62,7 @@ class PendingStep:
     prepare_s: float
     launch_s: float
     events: StepEvents | None
+    prompt_logprobs: PromptLogprobs | None = None
 
     @classmethod
     def start(
@@ -69,6 +73,7 @@ class PendingStep:
         prepare_s: float,
         launch_s: float,
         events: StepEvents | None,
+        prompt_logprobs: PromptLogprobs | None = None,
     ) -> PendingStep:
         """Queue the copy of `sample` to pinned host memory and mark the step's end.
 
@@ -80,8 +85,12 @@ class PendingStep:
                 _to_pinned_host(sample.token_ids),
                 None if sample.packed_logprobs is None else _to_pinned_host(sample.packed_logprobs),
             )
+            if prompt_logprobs is not None:
+                prompt_logprobs.copy_to_host()
             events.done.record()
-        return cls(request_ids, batch, sample, host_sample, prepare_s, launch_s, events)
+        return cls(
+            request_ids, batch, sample, host_sample, prepare_s, launch_s, events, prompt_logprobs
+        )
 
     def resolve(self) -> RunnerOutput:
         """Wait for this step's samples (and only them), then return them by request id."""
@@ -103,6 +112,8 @@ class PendingStep:
             forward_s=self.launch_s + (read_from - waited_from),
             sample_s=read_until - read_from,
         )
+        if self.prompt_logprobs is not None:
+            output.prompt_logprobs = self.prompt_logprobs.read()
         if self.events is not None:
             events = self.events
             output.device_busy_s = events.started.elapsed_time(events.done) / 1000

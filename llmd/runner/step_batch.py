@@ -18,6 +18,7 @@ from llmd.runner.host_transfer import arrays_to_device, to_device
 from llmd.runner.input_batch import PADDING_SLOT, DecodeBuffers, InputBatch
 from llmd.runner.pending_tokens import PendingTokens, pending_source
 from llmd.runner.persistent_batch import PersistentBatch
+from llmd.runner.prompt_logprobs import PromptLogprobSpan, prompt_logprob_span
 from llmd.runner.sampling_batch import SamplingBatch, build_sampling_batch, greedy_sampling_batch
 from llmd.runner.sampling_state import SamplingState
 
@@ -70,11 +71,21 @@ def build_step_batch(
     sampling_indices: list[int] = list(decode_order)
     logits_rows: list[int] = list(range(num_decodes))
     width = int(persistent.num_blocks[decode_rows].max()) if num_decodes else 1
+    spans: list[PromptLogprobSpan] = []
     for index in prefill_order:
         chunk = chunks[index]
         start = chunk.num_computed_tokens
         end = start + chunk.num_new_tokens
         row = plan_rows[index]
+        state = persistent.state_of(chunk.request_id)
+        num_top = state.sampling_params.prompt_logprobs
+        if num_top is not None:
+            span = prompt_logprob_span(
+                chunk.request_id, state.prompt_token_ids, num_top, start, end,
+                num_decodes + len(input_ids),
+            )  # fmt: skip
+            if span is not None:
+                spans.append(span)
         token_ids = chunk.token_ids
         if token_ids[-1] == PENDING_TOKEN_ID:
             pending_rows.append(num_decodes + len(input_ids) + len(token_ids) - 1)
@@ -133,6 +144,7 @@ def build_step_batch(
         metadata=metadata,
         logits_indices=logits_t,
         sampling_request_indices=sampling_indices,
+        prompt_logprob_spans=spans,
     )
 
 

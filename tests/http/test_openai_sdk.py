@@ -197,8 +197,8 @@ def test_errors_are_the_sdks_typed_exceptions(sdk, model_id):
         sdk.completions.create(model=model_id, prompt="x", temperature=-0.5)
     assert error.value.body["param"] == "temperature"
     with pytest.raises(openai.BadRequestError) as error:
-        sdk.completions.create(model=model_id, prompt="x", echo=True)
-    assert error.value.body["param"] == "echo"
+        sdk.completions.create(model=model_id, prompt="x", max_tokens=0)  # 0 needs echo
+    assert error.value.body["param"] == "max_tokens"
     with pytest.raises(openai.NotFoundError) as error:
         sdk.completions.create(model="no-such-model", prompt="x")
     assert error.value.body["code"] == "model_not_found"

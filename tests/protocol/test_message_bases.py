@@ -37,7 +37,9 @@ FIELD_ORDER = {
 def test_every_client_message_refuses_a_bad_id(message_type, bad_id):
     message_class = CLIENT_MESSAGE_TYPES[message_type]
     assert issubclass(message_class, ClientRequest)
-    extra = {"prompt": "p"} if message_type == "generate" else {}
+    extra = {"prompt": "p"} if message_type in ("generate", "tokenize") else {}
+    if message_type == "detokenize":
+        extra = {"token_ids": [1]}
     with pytest.raises(InvalidParameterError) as error:
         message_class(bad_id, **extra)
     assert error.value.parameter == "id"

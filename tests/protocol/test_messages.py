@@ -12,6 +12,8 @@ from llmd.protocol import (
     AbortRequest,
     Accepted,
     Ack,
+    DetokenizeReply,
+    DetokenizeRequest,
     ErrorReply,
     Finished,
     GenerateRequest,
@@ -25,6 +27,8 @@ from llmd.protocol import (
     StatsRequest,
     SubscribeRequest,
     TokenDelta,
+    TokenizeReply,
+    TokenizeRequest,
     UnsubscribeRequest,
     decode_client_message,
     decode_daemon_message,
@@ -34,6 +38,10 @@ from llmd.protocol import (
 from llmd.protocol.engine_sections import QueueCounts
 from tests.protocol.snapshot_samples import sample_snapshot
 
+PROMPT_ENTRY = {
+    "token_id": 9, "logprob": -1.5, "rank": 2, "top_token_ids": [4], "top_logprobs": [-0.5],
+    "token": "i", "top_tokens": ["o"],
+}  # fmt: skip
 CLIENT_EXAMPLES = [
     GenerateRequest("g1", prompt="hello", sampling_params={"max_tokens": 4, "stop": ["."]}),
     GenerateRequest("g2", prompt_token_ids=[1, 2, 3], stream=False, priority=-3),
@@ -48,6 +56,10 @@ CLIENT_EXAMPLES = [
     GenerateRequest("g5", prompt="x", sampling_params={"structured_outputs": {"choice": ["a"]}}),
     GenerateRequest("g6", prompt="x", sampling_params={"structured_outputs": {"json": "{}"}}),
     ShutdownRequest("stop", now=True, timeout_s=2.5),
+    GenerateRequest("g7", prompt="x", echo=True, sampling_params={"prompt_logprobs": 2}),
+    TokenizeRequest("t1", prompt="hello", add_special_tokens=False),
+    TokenizeRequest("t2", messages=[{"role": "user", "content": "hi"}]),
+    DetokenizeRequest("d1", [1, 2, 3]),
 ]
 DAEMON_EXAMPLES = [
     Accepted("g1", "req-1", 5),
@@ -77,6 +89,17 @@ DAEMON_EXAMPLES = [
     ),
     Ack("stop", "draining"),
     Keepalive("0123abcd"),
+    TokenizeReply("t1", [1, 2], 512),
+    DetokenizeReply("d1", "hello"),
+    TokenDelta(
+        "g7",
+        "a",
+        [5],
+        prompt_logprobs=[None, PROMPT_ENTRY],
+        prompt_text="hi",
+        prompt_tokens=["h", "i"],
+    ),
+    Finished("g7", "length", None, [5], {}, {}, text="a", prompt_logprobs=[None, PROMPT_ENTRY]),
 ]
 
 
@@ -200,3 +223,33 @@ def test_messages_validate_when_built_locally():
     assert error.value.parameter == "top_k"
     assert GenerateRequest("x", prompt="p", sampling_params={"top_k": 4}).params().top_k == 4
     assert SubscribeRequest("s", interval_ms=100, max_requests=3).stats_request().max_requests == 3
+
+
+def test_new_optional_fields_stay_off_the_wire_when_unused():
+    """Old daemons refuse fields they do not know: echo and prompt logprobs travel only when
+    asked for, and replies without them look as they did before."""
+    plain = GenerateRequest("g", prompt="x", sampling_params={"max_tokens": 2})
+    assert "echo" not in plain.to_wire()
+    params = plain.params().to_dict()
+    assert "prompt_logprobs" not in params
+    for reply in (TokenDelta("g", "a", [5]), Finished("g", "stop", None, [5], {}, {})):
+        wire = reply.to_wire()
+        assert not {"prompt_logprobs", "prompt_text", "prompt_tokens"} & set(wire)
+    echoed = GenerateRequest("g", prompt="x", echo=True, sampling_params={"prompt_logprobs": 1})
+    assert echoed.to_wire()["echo"] is True
+    assert echoed.params().prompt_logprobs == 1
+
+
+def test_echo_and_tokenize_refusals_name_the_field():
+    with pytest.raises(InvalidParameterError) as caught:
+        GenerateRequest("g", messages=[{"role": "user", "content": "hi"}], echo=True)
+    assert caught.value.parameter == "echo"
+    with pytest.raises(InvalidParameterError) as caught:
+        TokenizeRequest("t", prompt="a", messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.parameter == "prompt"
+    with pytest.raises(InvalidParameterError) as caught:
+        DetokenizeRequest("d", [1, -1])
+    assert caught.value.parameter == "token_ids"
+    with pytest.raises(InvalidParameterError) as caught:
+        GenerateRequest("g", prompt="x", sampling_params={"prompt_logprobs": -1})
+    assert caught.value.parameter == "prompt_logprobs"
