@@ -106,9 +106,12 @@ class SnapshotCollector(Collector):
 
 
 def render(snapshot: StatsSnapshot) -> bytes:
-    """The Prometheus text exposition of `snapshot`."""
+    """The Prometheus text exposition of `snapshot` (`llmd:` and `vllm:` families)."""
+    from llmd.http.vllm_metrics import VllmCompatCollector  # it builds on SnapshotCollector
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snapshot))
+    registry.register(VllmCompatCollector(snapshot))
     return generate_latest(registry)
 
 
