@@ -25,8 +25,10 @@ from llmd.client.wire import encode_request, make_socket, with_expiry
 from llmd.protocol import (
     AbortRequest,
     Accepted,
+    CacheFlushed,
     DaemonMessage,
     Finished,
+    FlushCacheRequest,
     GenerateRequest,
     HealthRequest,
     ProtocolError,
@@ -91,6 +93,13 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
     async def health(self) -> dict[str, object]:
         """The daemon's health reply as a dict."""
         return health_dict(await self._request(HealthRequest(self._core.new_id())))
+
+    async def flush_cache(self) -> int:
+        """Drop the engine's cached prefixes; the number of blocks dropped (refused while
+        requests run or wait: `CacheBusyError`)."""
+        reply = await self._request(FlushCacheRequest(self._core.new_id()))
+        assert isinstance(reply, CacheFlushed)  # the daemon answers flush_cache so
+        return reply.num_blocks_dropped
 
     async def shutdown(
         self, now: bool = False, timeout: float | None = None, wait: bool = True
@@ -207,7 +216,9 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
         with contextlib.suppress(Exception):  # the daemon may already be gone
             await self._send(message)
 
-    async def _request(self, message: HealthRequest | StatsRequest) -> DaemonMessage:
+    async def _request(
+        self, message: HealthRequest | StatsRequest | FlushCacheRequest
+    ) -> DaemonMessage:
         """Send and return the single reply (raising an error reply as its exception)."""
         self._open(message.id)
         try:
@@ -271,4 +282,3 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
             raise
         except Exception as error:  # a broken socket: wake every waiter with the error
             self._wake(self._core.fail_all(error))
-

@@ -24,6 +24,7 @@ from llmd.errors import InvalidParameterError
 from llmd.protocol import (
     AbortRequest,
     Ack,
+    CacheFlushed,
     DaemonMessage,
     ErrorReply,
     GenerateRequest,
@@ -213,8 +214,8 @@ class ClientCore:
 
 
 def one_shot_reply(reply: DaemonMessage) -> DaemonMessage:
-    """The reply to stats, health or shutdown, checked to be of a type that can answer one."""
-    if not isinstance(reply, (StatsReply, HealthReply, Ack)):
+    """The reply to stats, health, shutdown or flush_cache, checked to be a one-shot type."""
+    if not isinstance(reply, (StatsReply, HealthReply, Ack, CacheFlushed)):
         raise ProtocolError(f"unexpected {type(reply).__name__} reply", "type")
     return reply
 

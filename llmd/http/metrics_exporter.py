@@ -17,6 +17,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from llmd.http.vllm_metrics import PREFIX as VLLM_PREFIX
+from llmd.http.vllm_metrics import VllmCompatCollector
 from llmd.protocol.metrics_sections import HistogramData
 from llmd.protocol.stats_snapshot import StatsSnapshot
 from llmd.wait_breakdown import WAIT_REASONS
@@ -107,11 +109,10 @@ class SnapshotCollector(Collector):
 
 def render(snapshot: StatsSnapshot) -> bytes:
     """The Prometheus text exposition of `snapshot` (`llmd:` and `vllm:` families)."""
-    from llmd.http.vllm_metrics import VllmCompatCollector  # it builds on SnapshotCollector
-
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snapshot))
-    registry.register(VllmCompatCollector(snapshot))
+    vllm_named = SnapshotCollector(snapshot, prefix=VLLM_PREFIX)
+    registry.register(VllmCompatCollector(snapshot, vllm_named.collect()))
     return generate_latest(registry)
 
 

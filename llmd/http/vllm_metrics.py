@@ -7,12 +7,11 @@ them, so llmd exports the vLLM-named families always, next to its `llmd:` ones.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from llmd.http.metrics_exporter import SnapshotCollector
 from llmd.protocol.stats_snapshot import StatsSnapshot
 
 PREFIX = "vllm:"
@@ -43,14 +42,19 @@ VLLM_FAMILY_NAMES = frozenset(
 
 
 class VllmCompatCollector(Collector):
-    """The vLLM-named families of one snapshot, plus vLLM's older gauges routers still read."""
+    """The vLLM-named families of one snapshot, plus vLLM's older gauges routers still read.
 
-    def __init__(self, snapshot: StatsSnapshot) -> None:
+    `families` are the snapshot's families already under `vllm:` (the exporter's own
+    collector with this prefix); those vLLM also has are kept.
+    """
+
+    def __init__(self, snapshot: StatsSnapshot, families: Iterable[Metric]) -> None:
         self.snapshot = snapshot
+        self.families = families
 
     def collect(self) -> Iterator[Metric]:
         """vLLM's families present in the snapshot (queue and KV gauges only while alive)."""
-        for family in SnapshotCollector(self.snapshot, prefix=PREFIX).collect():
+        for family in self.families:
             if family.name in VLLM_FAMILY_NAMES:
                 yield family
         kv = self.snapshot.kv

@@ -15,6 +15,7 @@ from llmd.protocol.client_messages import (
     CLIENT_MESSAGE_TYPES,
     AbortRequest,
     ClientMessage,
+    FlushCacheRequest,
     GenerateRequest,
     HealthRequest,
     ShutdownRequest,
@@ -27,6 +28,7 @@ from llmd.protocol.daemon_messages import (
     DAEMON_MESSAGE_TYPES,
     Accepted,
     Ack,
+    CacheFlushed,
     DaemonMessage,
     ErrorReply,
     Finished,
@@ -57,11 +59,13 @@ __all__ = [
     "Accepted",
     "Ack",
     "Address",
+    "CacheFlushed",
     "ClientMessage",
     "DaemonMessage",
     "DuplicateRequestIdError",
     "ErrorReply",
     "Finished",
+    "FlushCacheRequest",
     "GenerateRequest",
     "HealthReply",
     "HealthRequest",
@@ -92,6 +96,7 @@ __all__ = [
     "parse_message",
     "runtime_dir",
 ]
+
 
 def encode(message: WireMessage) -> bytes:
     """msgpack bytes of a message."""

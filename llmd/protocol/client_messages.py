@@ -219,6 +219,13 @@ class ShutdownRequest(ClientRequest):
             require(self.timeout_s >= 0, "timeout_s", "must be >= 0")
 
 
+@dataclass(frozen=True)
+class FlushCacheRequest(ClientRequest):
+    """Drop every cached prefix the engine holds (refused while requests run or wait)."""
+
+    TYPE = "flush_cache"
+
+
 ClientMessage = (
     GenerateRequest
     | AbortRequest
@@ -227,6 +234,7 @@ ClientMessage = (
     | UnsubscribeRequest
     | HealthRequest
     | ShutdownRequest
+    | FlushCacheRequest
 )
 
 CLIENT_MESSAGE_TYPES: dict[str, type[WireMessage]] = message_types(ClientMessage)

@@ -184,6 +184,14 @@ class Ack(Reply):
     message: str
 
 
+@dataclass(frozen=True)
+class CacheFlushed(Reply):
+    """Answers a flush_cache: how many cached blocks the engine dropped."""
+
+    TYPE = "cache_flushed"
+    num_blocks_dropped: int
+
+
 DaemonMessage = (
     Accepted
     | PrefillProgress
@@ -193,6 +201,7 @@ DaemonMessage = (
     | StatsReply
     | HealthReply
     | Ack
+    | CacheFlushed
     | Keepalive
 )
 

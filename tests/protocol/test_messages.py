@@ -12,8 +12,10 @@ from llmd.protocol import (
     AbortRequest,
     Accepted,
     Ack,
+    CacheFlushed,
     ErrorReply,
     Finished,
+    FlushCacheRequest,
     GenerateRequest,
     HealthReply,
     HealthRequest,
@@ -48,6 +50,7 @@ CLIENT_EXAMPLES = [
     GenerateRequest("g5", prompt="x", sampling_params={"structured_outputs": {"choice": ["a"]}}),
     GenerateRequest("g6", prompt="x", sampling_params={"structured_outputs": {"json": "{}"}}),
     ShutdownRequest("stop", now=True, timeout_s=2.5),
+    FlushCacheRequest("flush"),
 ]
 DAEMON_EXAMPLES = [
     Accepted("g1", "req-1", 5),
@@ -76,6 +79,7 @@ DAEMON_EXAMPLES = [
         unknown_request_ids=["g9"],
     ),
     Ack("stop", "draining"),
+    CacheFlushed("flush", 12),
     Keepalive("0123abcd"),
 ]
 
