@@ -67,6 +67,8 @@ class Worker:
     runtime: Path
     port: int = field(default_factory=free_tcp_port)
     process: subprocess.Popen | None = None
+    serve_args: tuple[str, ...] = ("--max-model-len", "512", "--num-blocks", "256")
+    """Flags of `llmd serve` besides the model, thread count, name and addresses."""
 
     @property
     def url(self) -> str:
@@ -76,7 +78,7 @@ class Worker:
         """Start the daemon (one forward thread) and wait until its HTTP API is healthy."""
         self.runtime.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "llmd.cli", "serve", "--model", str(self.model_dir),
-                   "--num-threads", "1", "--max-model-len", "512", "--num-blocks", "256",
+                   "--num-threads", "1", *self.serve_args,
                    "--served-model-name", "tiny",
                    "--address", f"ipc://{self.runtime / 'd.sock'}",
                    "--http-port", str(self.port)]  # fmt: skip
