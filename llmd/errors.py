@@ -85,6 +85,12 @@ class ShuttingDownError(LLMDError):
     code = "shutting_down"
 
 
+class CacheBusyError(LLMDError):
+    """The prefix cache cannot be flushed now: requests still run or wait and hold blocks."""
+
+    code = "cache_busy"
+
+
 class KVCacheIntegrityError(LLMDError, RuntimeError):
     """The KV block pool's bookkeeping disagrees with itself (a bug, never bad input).
 

@@ -28,7 +28,12 @@ from llmd.engine.step_result import RequestUpdate, StepResult, request_updates, 
 from llmd.engine.step_stats import StepStats
 from llmd.engine.tokenizer import Tokenizer, config_eos_token_ids, load_tokenizer
 from llmd.engine_facts import engine_facts
-from llmd.errors import InvalidParameterError, KVCacheIntegrityError, SchedulerStallError
+from llmd.errors import (
+    CacheBusyError,
+    InvalidParameterError,
+    KVCacheIntegrityError,
+    SchedulerStallError,
+)
 from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
 from llmd.runner.device import device_name, dtype_name, resolve_device
 from llmd.runner.model_runner import ModelRunner
@@ -219,6 +224,16 @@ class LLMEngine:
         self.scheduler.reset_counters()
         self.num_integrity_errors = 0
         self.started_at = time.monotonic()
+
+    def reset_prefix_cache(self) -> int:
+        """Drop every cached prefix and return how many blocks were dropped (`/flush_cache`).
+
+        Refused while any request is unfinished: its blocks stay cached, so the flush
+        would leave a prefix behind.
+        """
+        if self.has_unfinished_requests():
+            raise CacheBusyError("requests are running or waiting; flush once the engine is idle")
+        return self.block_manager.reset_prefix_cache()
 
     def has_unfinished_requests(self) -> bool:
         """True while any request waits (for its grammar too) or runs, or a launched step is

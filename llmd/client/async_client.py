@@ -25,10 +25,12 @@ from llmd.client.wire import encode_request, make_socket, with_expiry
 from llmd.protocol import (
     AbortRequest,
     Accepted,
+    CacheFlushed,
     DaemonMessage,
     DetokenizeReply,
     DetokenizeRequest,
     Finished,
+    FlushCacheRequest,
     GenerateRequest,
     HealthRequest,
     ProtocolError,
@@ -114,6 +116,13 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
     async def health(self) -> dict[str, object]:
         """The daemon's health reply as a dict."""
         return health_dict(await self._request(HealthRequest(self._core.new_id())))
+
+    async def flush_cache(self) -> int:
+        """Drop the engine's cached prefixes; the number of blocks dropped (refused while
+        requests run or wait: `CacheBusyError`)."""
+        reply = await self._request(FlushCacheRequest(self._core.new_id()))
+        assert isinstance(reply, CacheFlushed)  # the daemon answers flush_cache so
+        return reply.num_blocks_dropped
 
     async def shutdown(
         self, now: bool = False, timeout: float | None = None, wait: bool = True
@@ -231,7 +240,12 @@ class AsyncClient(ClientShell[AsyncGenerator[StreamEvent, None], AsyncIterator[S
             await self._send(message)
 
     async def _request(
-        self, message: HealthRequest | StatsRequest | TokenizeRequest | DetokenizeRequest
+        self,
+        message: HealthRequest
+        | StatsRequest
+        | TokenizeRequest
+        | DetokenizeRequest
+        | FlushCacheRequest,
     ) -> DaemonMessage:
         """Send and return the single reply (raising an error reply as its exception)."""
         self._open(message.id)

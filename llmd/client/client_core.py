@@ -24,6 +24,7 @@ from llmd.errors import InvalidParameterError
 from llmd.protocol import (
     AbortRequest,
     Ack,
+    CacheFlushed,
     DaemonMessage,
     DetokenizeReply,
     ErrorReply,
@@ -217,9 +218,10 @@ class ClientCore:
 
 
 def one_shot_reply(reply: DaemonMessage) -> DaemonMessage:
-    """The reply to stats, health, shutdown, tokenize or detokenize, checked to be of a type
-    that can answer one."""
-    if not isinstance(reply, (StatsReply, HealthReply, Ack, TokenizeReply, DetokenizeReply)):
+    """The reply to stats, health, shutdown, tokenize, detokenize or flush_cache, checked to be
+    of a type that can answer one."""
+    one_shot = (StatsReply, HealthReply, Ack, TokenizeReply, DetokenizeReply, CacheFlushed)
+    if not isinstance(reply, one_shot):
         raise ProtocolError(f"unexpected {type(reply).__name__} reply", "type")
     return reply
 

@@ -1,4 +1,5 @@
-"""What other threads ask of the engine thread: add, abort or finish a request, or a snapshot.
+"""What other threads ask of the engine thread: add, abort or finish a request, a snapshot,
+or a flush of the prefix cache.
 
 Frozen commands queued to `EngineLoop.submit` and run between two steps, in order; they
 carry plain data (token ids, sampling parameters, ids; a snapshot, the callback that takes
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmd.engine.request import FinishReason
+from llmd.errors import LLMDError
 from llmd.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -60,5 +62,12 @@ class SnapshotCommand:
     max_requests: int = 64
 
 
-EngineCommand = AddCommand | AbortCommand | FinishCommand | SnapshotCommand
+@dataclass(frozen=True)
+class FlushCacheCommand:
+    """Drop the engine's cached prefixes; `on_done` gets the blocks dropped or the refusal."""
+
+    on_done: Callable[[int | LLMDError], None]
+
+
+EngineCommand = AddCommand | AbortCommand | FinishCommand | SnapshotCommand | FlushCacheCommand
 """Everything `EngineLoop.submit` takes; the engine thread dispatches on the class."""

@@ -23,6 +23,7 @@ from llmd.daemon.engine_commands import (
     AddCommand,
     EngineCommand,
     FinishCommand,
+    FlushCacheCommand,
     SnapshotCommand,
 )
 from llmd.daemon.engine_state import collect_engine_state
@@ -211,6 +212,12 @@ class EngineLoop:
                 logger.exception("collecting the engine's stats failed")
                 state = None
             command.on_ready(state)
+        elif isinstance(command, FlushCacheCommand):
+            try:
+                result: int | LLMDError = engine.reset_prefix_cache()
+            except LLMDError as error:  # refused (requests unfinished): the engine is intact
+                result = error
+            command.on_done(result)
         else:
             raise TypeError(f"unknown engine command {command!r}")
 

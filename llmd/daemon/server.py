@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from llmd.daemon.admission import admission_for
+from llmd.daemon.cache_flush import flush_cache
 from llmd.daemon.connection_gate import ConnectionGate
 from llmd.daemon.cpu_placement import CpuPlacement, pin_current_thread
 from llmd.daemon.daemon_status import daemon_facts, health_reply
@@ -54,6 +55,7 @@ from llmd.protocol import (
     Ack,
     Address,
     DetokenizeRequest,
+    FlushCacheRequest,
     GenerateRequest,
     HealthRequest,
     ShutdownRequest,
@@ -251,6 +253,8 @@ class Daemon:
         elif isinstance(message, ShutdownRequest):
             self.transport.send_message(peer, Ack(message.id, "draining"))
             self._on_drain(Drain(message.now, message.timeout_s, (peer, message.id)))
+        elif isinstance(message, FlushCacheRequest):
+            flush_cache(self.engine_loop, self.outbox, peer, message.id)
 
     # ---------------------------------------------------------------- outgoing
 

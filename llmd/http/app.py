@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from llmd import __version__
 from llmd.errors import LLMDError
-from llmd.http import metrics_exporter
+from llmd.http import metrics_exporter, worker_routes
 from llmd.http.auth import BearerAuth
 from llmd.http.chat import create_chat_completion
 from llmd.http.completions import create_completion
@@ -52,6 +52,7 @@ def create_app(context: HttpContext) -> Starlette:
             Route("/v1/completions", create_completion, methods=["POST"]),
             Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
             *TOKENIZER_ROUTES,
+            *_worker_contract_routes(),
         ],
         middleware=[
             Middleware(RequestIdMiddleware),
@@ -67,6 +68,18 @@ def create_app(context: HttpContext) -> Starlette:
     )
     app.state.context = context
     return app
+
+
+def _worker_contract_routes() -> list[Route]:
+    """The routes vllm-router's worker contract adds (GET or POST, as routers differ)."""
+    both = ["GET", "POST"]
+    return [
+        Route("/get_server_info", worker_routes.get_server_info, methods=["GET"]),
+        Route("/get_model_info", worker_routes.get_model_info, methods=["GET"]),
+        Route("/load", worker_routes.load, methods=["GET"]),
+        Route("/health_generate", worker_routes.health_generate, methods=["GET"]),
+        Route("/flush_cache", worker_routes.flush_cache, methods=both),
+    ]
 
 
 async def health(request: Request) -> Response:
@@ -92,8 +105,13 @@ async def metrics(request: Request) -> Response:
     return Response(metrics_exporter.render(snapshot), media_type=metrics_exporter.CONTENT_TYPE)
 
 
+OWNED_BY = "vllm"
+"""`owned_by` of the model card: SMG reads it to pick the worker's API dialect, and llmd
+speaks vLLM's (its own identity is in /version)."""
+
+
 def _model_card(model: ServedModel) -> dict[str, object]:
-    return {"id": model.id, "object": "model", "created": model.created, "owned_by": "llmd",
+    return {"id": model.id, "object": "model", "created": model.created, "owned_by": OWNED_BY,
             "max_model_len": model.max_model_len}  # fmt: skip
 
 

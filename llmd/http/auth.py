@@ -1,4 +1,4 @@
-"""Bearer-token authentication of the /v1 routes, as an ASGI middleware.
+"""Bearer-token authentication of the /v1 routes and /flush_cache, as an ASGI middleware.
 
 Health, version and metrics stay open (as in vLLM) so probes and scrapers need no key;
 the key is compared in constant time.
@@ -12,11 +12,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmd.http.errors import HttpError
 
-PROTECTED_PREFIX = "/v1"
+PROTECTED_PREFIXES = ("/v1", "/flush_cache")
+"""The API, and the one worker-contract route that changes the engine's state."""
 
 
 class BearerAuth:
-    """Answers 401 to a /v1 request without `Authorization: Bearer <api_key>`."""
+    """Answers 401 to a /v1 or /flush_cache request without `Authorization: Bearer <api_key>`."""
 
     def __init__(self, app: ASGIApp, api_key: str | None) -> None:
         self.app = app
@@ -26,7 +27,7 @@ class BearerAuth:
         if (
             self.expected is not None
             and scope["type"] == "http"
-            and scope["path"].startswith(PROTECTED_PREFIX)
+            and scope["path"].startswith(PROTECTED_PREFIXES)
         ):
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):

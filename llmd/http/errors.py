@@ -21,6 +21,7 @@ _CODE_STATUS: dict[str, tuple[int, str, str | None]] = {
     "shutting_down": (503, "service_unavailable", "shutting_down"),
     "daemon_not_running": (503, "service_unavailable", "daemon_not_running"),
     "engine_dead": (500, "internal_server_error", "engine_dead"),
+    "cache_busy": (409, "conflict_error", "cache_busy"),
 }
 
 

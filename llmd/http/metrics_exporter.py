@@ -18,6 +18,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from llmd.http.vllm_metrics import PREFIX as VLLM_PREFIX
+from llmd.http.vllm_metrics import VllmCompatCollector
 from llmd.metrics.serving_metrics import STEP_PHASES
 from llmd.protocol.grammar_section import GrammarSection
 from llmd.protocol.metrics_sections import HistogramData
@@ -154,9 +156,11 @@ class SnapshotCollector(Collector):
 
 
 def render(snapshot: StatsSnapshot) -> bytes:
-    """The Prometheus text exposition of `snapshot`."""
+    """The Prometheus text exposition of `snapshot` (`llmd:` and `vllm:` families)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snapshot))
+    vllm_named = SnapshotCollector(snapshot, prefix=VLLM_PREFIX)
+    registry.register(VllmCompatCollector(snapshot, vllm_named.collect()))
     return generate_latest(registry)
 
 

@@ -258,6 +258,13 @@ class DetokenizeRequest(ClientRequest):
             require(0 <= token_id < 2**31, "token_ids", f"token id {token_id} is out of range")
 
 
+@dataclass(frozen=True)
+class FlushCacheRequest(ClientRequest):
+    """Drop every cached prefix the engine holds (refused while requests run or wait)."""
+
+    TYPE = "flush_cache"
+
+
 ClientMessage = (
     GenerateRequest
     | AbortRequest
@@ -268,6 +275,7 @@ ClientMessage = (
     | ShutdownRequest
     | TokenizeRequest
     | DetokenizeRequest
+    | FlushCacheRequest
 )
 
 CLIENT_MESSAGE_TYPES: dict[str, type[WireMessage]] = message_types(ClientMessage)

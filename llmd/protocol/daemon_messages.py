@@ -226,6 +226,14 @@ class DetokenizeReply(Reply):
     text: str
 
 
+@dataclass(frozen=True)
+class CacheFlushed(Reply):
+    """Answers a flush_cache: how many cached blocks the engine dropped."""
+
+    TYPE = "cache_flushed"
+    num_blocks_dropped: int
+
+
 DaemonMessage = (
     Accepted
     | PrefillProgress
@@ -235,6 +243,7 @@ DaemonMessage = (
     | StatsReply
     | HealthReply
     | Ack
+    | CacheFlushed
     | Keepalive
     | TokenizeReply
     | DetokenizeReply

@@ -26,7 +26,7 @@ def _scrape(served_http, http: httpx.Client | None = None) -> dict[tuple[str, tu
     assert response.headers["content-type"].startswith("text/plain")
     samples = {}
     for family in text_string_to_metric_families(response.text):
-        assert family.name.startswith(PREFIX), family.name
+        assert family.name.startswith((PREFIX, "vllm:")), family.name
         for sample in family.samples:
             labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "model_name"))
             samples[(sample.name, labels)] = sample.value
@@ -58,6 +58,9 @@ def test_counters_and_histograms_move_as_requests_complete(served_http):
     assert delta("request_prompt_tokens_sum") == sum(prompt_lengths)
     assert delta("request_generation_tokens_sum") == 12
     assert delta("prefix_cache_queries_total") == sum(prompt_lengths)
+    for name in ("prompt_tokens_total", "generation_tokens_total", "prefix_cache_queries_total"):
+        assert after[(f"vllm:{name}", ())] == _value(after, name)  # routers' names, same figure
+    assert after[("vllm:num_requests_running", ())] == _value(after, "num_requests_running")
     for name in ("time_to_first_token_seconds", "request_decode_time_seconds"):
         buckets = [
             value for (sample, labels), value in after.items() if sample == f"{PREFIX}{name}_bucket"

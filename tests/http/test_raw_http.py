@@ -98,7 +98,7 @@ def test_health_version_and_models(served_http):
     version = httpx.get(f"{served_http.url}/version", timeout=10).json()
     assert version["version"] and version["protocol_version"] >= 1
     models = httpx.get(f"{served_http.v1}/models", timeout=10).json()
-    assert models["object"] == "list" and models["data"][0]["owned_by"] == "llmd"
+    assert models["object"] == "list" and models["data"][0]["owned_by"] == "vllm"
 
 
 def test_disconnect_mid_stream_aborts_and_frees_kv(served_http):

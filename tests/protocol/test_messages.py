@@ -12,10 +12,12 @@ from llmd.protocol import (
     AbortRequest,
     Accepted,
     Ack,
+    CacheFlushed,
     DetokenizeReply,
     DetokenizeRequest,
     ErrorReply,
     Finished,
+    FlushCacheRequest,
     GenerateRequest,
     HealthReply,
     HealthRequest,
@@ -60,6 +62,7 @@ CLIENT_EXAMPLES = [
     TokenizeRequest("t1", prompt="hello", add_special_tokens=False),
     TokenizeRequest("t2", messages=[{"role": "user", "content": "hi"}]),
     DetokenizeRequest("d1", [1, 2, 3]),
+    FlushCacheRequest("flush"),
 ]
 DAEMON_EXAMPLES = [
     Accepted("g1", "req-1", 5),
@@ -88,6 +91,7 @@ DAEMON_EXAMPLES = [
         unknown_request_ids=["g9"],
     ),
     Ack("stop", "draining"),
+    CacheFlushed("flush", 12),
     Keepalive("0123abcd"),
     TokenizeReply("t1", [1, 2], 512),
     DetokenizeReply("d1", "hello"),
