@@ -17,6 +17,7 @@ from llmd.batch_limits import USAGE_OFFLINE, resolve_batch_limits
 from llmd.config import EngineConfig, SchedulerConfig, default_model_dir
 from llmd.engine.block_manager import BlockManager
 from llmd.engine.engine_snapshot import EngineFacts, EngineSnapshot, SnapshotScope
+from llmd.engine.kv_events import KVEvent, KVEventLog
 from llmd.engine.launched_step import LaunchedStep
 from llmd.engine.prompt_checks import check_token_ids
 from llmd.engine.request import FinishReason, Request
@@ -77,6 +78,12 @@ class LLMEngine:
             config, self.model_path, self.hf_config, self.shape, self.max_model_len,
             max_num_batched_tokens,
         )  # fmt: skip
+        self.device = str(self.runner.device)
+        """The device the model runs on, as a string."""
+        self.device_name = device_name(self.runner.device)
+        """The GPU's name, or "cpu"."""
+        self.dtype = dtype_name(self.runner.dtype)
+        """The model's dtype name."""
         self.block_manager = BlockManager(
             self.runner.num_blocks, config.block_size, config.enable_prefix_caching
         )
@@ -119,20 +126,14 @@ class LLMEngine:
 
     # ---------------------------------------------------------------- requests
 
-    @property
-    def device(self) -> str:
-        """The device the model runs on, as a string."""
-        return str(self.runner.device)
+    def enable_kv_events(self) -> None:
+        """Record prefix-cache stores and evictions from now on (`--kv-events`)."""
+        self.block_manager.kv_events = KVEventLog()
 
-    @property
-    def device_name(self) -> str:
-        """The GPU's name, or "cpu"."""
-        return device_name(self.runner.device)
-
-    @property
-    def dtype(self) -> str:
-        """The model's dtype name."""
-        return dtype_name(self.runner.dtype)
+    def drain_kv_events(self) -> list[KVEvent]:
+        """The KV-cache events since the last drain (none unless enabled)."""
+        log = self.block_manager.kv_events
+        return [] if log is None else log.drain()
 
     def add_request(
         self,

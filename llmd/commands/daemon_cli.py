@@ -33,6 +33,7 @@ address lock (the last thing it does before exiting)."""
 SERVE_FLAGS = (
     Flag("address", show_default=ADDRESS_DEFAULT, help=ADDRESS_HELP),
     Flag("allow_remote", is_switch=True),
+    Flag("kv_events", metavar="ADDRESS"),
     Flag("detach", is_switch=True),
     Flag("log_file", show_default="in the runtime directory"),
     Flag("max_queued_requests"),

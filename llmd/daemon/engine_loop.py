@@ -28,8 +28,10 @@ from llmd.daemon.engine_commands import (
 )
 from llmd.daemon.engine_state import collect_engine_state
 from llmd.daemon.engine_thread import EngineThread
+from llmd.daemon.kv_event_publisher import KVEventPublisher
 from llmd.engine.ended_request import EndedRequest
 from llmd.engine.engine_snapshot import EngineSnapshot, SnapshotScope
+from llmd.engine.kv_events import AllBlocksCleared
 from llmd.engine.request import Request
 from llmd.engine.step_result import StepResult
 from llmd.engine.step_stats import StepStats
@@ -74,6 +76,8 @@ class EngineLoop:
     """Given: the thread first runs the warm-up (`llmd.warmup`), then reports it here."""
     thread: EngineThread | None = None
     """The thread that loaded the engine (`llmd serve`), or one made at start."""
+    kv_publisher: KVEventPublisher | None = None
+    """Publishes the engine's KV-cache events after every step and command (`--kv-events`)."""
     dead_error: str | None = field(default=None, init=False)
     """Why the engine thread died, once it has."""
     _commands: queue.SimpleQueue[EngineCommand | None] = field(
@@ -112,11 +116,18 @@ class EngineLoop:
         try:
             if self.on_warm is not None:  # on this thread: its OpenMP team, its malloc arena
                 self.on_warm(warm_up(self.engine, self._on_warmup_step))
+            if self.kv_publisher is not None:
+                self.kv_publisher.open()
+                self.engine.drain_kv_events()  # the warm-up's blocks are gone (reset)
+                self.kv_publisher.publish([AllBlocksCleared()])  # a fresh start for routers
             self._loop()
         except BaseException as error:  # anything escaping the loop kills the engine
             logger.exception("engine thread died")
             self.dead_error = f"{type(error).__name__}: {error}"
             self.on_death(self.dead_error)
+        finally:
+            if self.kv_publisher is not None:
+                self.kv_publisher.close()
 
     def _on_warmup_step(self, stats: StepStats) -> None:
         if self.admission is not None:  # admission starts with a measured prefill rate
@@ -139,6 +150,8 @@ class EngineLoop:
                     self._drain(batch, wait_s=EMPTY_STEP_WAIT_S)
             else:
                 last_step_end = None
+            if self.kv_publisher is not None:
+                self.kv_publisher.publish(engine.drain_kv_events())
             if batch:
                 self.on_batch(batch)
 

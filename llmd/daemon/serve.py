@@ -25,6 +25,7 @@ from llmd.daemon.cpu_placement import (
 )
 from llmd.daemon.engine_thread import EngineThread
 from llmd.daemon.instance_lock import InstanceLock
+from llmd.daemon.kv_event_publisher import check_kv_events_address
 from llmd.daemon.listen_check import check_can_listen
 from llmd.daemon.serve_options import ServeOptions
 from llmd.daemon.thread_names import MAIN_THREAD_NAME, name_os_thread
@@ -65,6 +66,8 @@ def configure_logging(level: str) -> None:
 def run_serve(options: ServeOptions) -> None:
     """Serve until SIGTERM/SIGINT or a shutdown request; with `detach`, start in the background."""
     address = resolve_address(options.address, options.allow_remote)
+    if options.kv_events is not None:  # a bad address fails before the model loads
+        check_kv_events_address(options.kv_events, options.allow_remote)
     engine_config = EngineConfig.from_kwargs(**options.engine_kwargs)  # bad flags fail here
     if options.detach:
         from llmd.daemon.detach import start_detached

@@ -29,6 +29,10 @@ class ServeOptions:
     """ipc://PATH or tcp://HOST:PORT; None means llmd.protocol.default_address()."""
     allow_remote: bool = False
     """Allow a non-loopback tcp bind (the protocol has no authentication)."""
+    kv_events: str | None = None
+    """Publish KV-cache events (blocks stored in and evicted from the prefix cache) in vLLM's
+    format on this ZeroMQ PUB address, e.g. tcp://127.0.0.1:5557 (None: off); a
+    non-loopback one needs allow_remote."""
     detach: bool = False
     """Run in the background and return once the daemon answers health checks."""
     log_file: str | None = None

@@ -29,6 +29,7 @@ from llmd.daemon.engine_loop import EngineLoop
 from llmd.daemon.engine_thread import EngineThread
 from llmd.daemon.generate_refusal import generate_refusal
 from llmd.daemon.in_flight_requests import InFlightRequests
+from llmd.daemon.kv_event_publisher import KVEventPublisher, check_kv_events_address
 from llmd.daemon.outbox import (
     ConnectionClosed,
     Drain,
@@ -112,6 +113,11 @@ class Daemon:
                 "skip_tokenizer_init",
             )
         self.outbox = Outbox()
+        kv_publisher = None
+        if options.kv_events is not None:
+            kv_address = check_kv_events_address(options.kv_events, options.allow_remote)
+            kv_publisher = KVEventPublisher(kv_address)
+            engine.enable_kv_events()  # before the loop starts: nothing steps yet
         self.engine_loop = EngineLoop(
             engine,
             self.metrics,
@@ -122,6 +128,7 @@ class Daemon:
             if options.is_warmup_enabled
             else None,
             engine_thread,  # the thread that loaded the engine steps it (`llmd serve`)
+            kv_publisher,
         )
         self.tool_call_parser = resolve_parser_name(
             options.tool_call_parser, engine.tokenizer.chat_template_text

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llmd.engine.free_block_queue import FreeBlockQueue, KVBlock
+from llmd.engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventLog
 from llmd.engine.request import Request
 from llmd.errors import KVCacheIntegrityError, require
 
@@ -61,6 +62,8 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.kv_events: KVEventLog | None = None
+        """Where cache stores and evictions are recorded when a router wants them (off: None)."""
         self.rebuild()
         self.num_prefix_query_tokens = 0
         self.num_prefix_hit_tokens = 0
@@ -71,6 +74,8 @@ class BlockManager:
         Only valid while no request holds blocks: it is how the engine starts, and how it
         recovers from an integrity violation found at an idle point.
         """
+        if self.kv_events is not None:
+            self.kv_events.record(AllBlocksCleared())
         self.blocks = [KVBlock(i) for i in range(self.num_blocks)]
         self.free_queue = FreeBlockQueue(self.blocks)
         self.cached_blocks: dict[bytes, KVBlock] = {}
@@ -150,6 +155,7 @@ class BlockManager:
             return
         num_full = min(request.num_computed_tokens // self.block_size, len(request.block_ids))
         self._update_block_hashes(request, num_full)
+        stored: list[int] = []
         for index in range(num_full):
             block = self.blocks[request.block_ids[index]]
             if block.block_hash is not None:
@@ -161,6 +167,31 @@ class BlockManager:
             block.block_hash = block_hash
             block.token_ids = tuple(request.all_token_ids[start : start + self.block_size])
             self.cached_blocks[block_hash] = block
+            stored.append(index)
+        if self.kv_events is not None and stored:
+            self._record_stored(request, stored)
+
+    def _record_stored(self, request: Request, indexes: list[int]) -> None:
+        """One BlockStored per run of consecutive newly cached blocks of `request`."""
+        runs: list[list[int]] = []
+        for index in indexes:
+            if runs and runs[-1][-1] == index - 1:
+                runs[-1].append(index)
+            else:
+                runs.append([index])
+        assert self.kv_events is not None
+        for run in runs:
+            first, end = run[0], run[-1] + 1
+            self.kv_events.record(
+                BlockStored(
+                    block_hashes=request.block_hashes[first:end],
+                    parent_block_hash=request.block_hashes[first - 1] if first > 0 else None,
+                    token_ids=list(
+                        request.all_token_ids[first * self.block_size : end * self.block_size]
+                    ),
+                    block_size=self.block_size,
+                )
+            )
 
     def _update_block_hashes(self, request: Request, limit: int | None = None) -> None:
         """Extend request.block_hashes over its full blocks (each hashed once)."""
@@ -178,10 +209,14 @@ class BlockManager:
     def reset_prefix_cache(self) -> int:
         """Forget every unreferenced cached prefix; returns how many were dropped."""
         num_dropped = 0
+        events, self.kv_events = self.kv_events, None  # one AllBlocksCleared, not N removals
         for block in list(self.free_queue):
             if block.block_hash is not None:
                 self._evict(block)
                 num_dropped += 1
+        self.kv_events = events
+        if events is not None and num_dropped:
+            events.record(AllBlocksCleared())
         return num_dropped
 
     # --------------------------------------------------------------- allocation
@@ -251,6 +286,8 @@ class BlockManager:
         self.num_cached_free -= 1
         if block.block_hash is not None and self.cached_blocks.get(block.block_hash) is block:
             del self.cached_blocks[block.block_hash]
+            if self.kv_events is not None:
+                self.kv_events.record(BlockRemoved([block.block_hash]))
         block.block_hash = None
         block.token_ids = ()
 
