@@ -115,3 +115,16 @@ async def test_a_stopped_daemon_shows_down_within_two_seconds_of_real_time():
             assert time.monotonic() - stopped_at < 2.0
         assert [row.health for row in app.fleet_view().rows] == ["down", "up", "up"]
         assert all(len(model.history["time"]) >= 2 for model in app.models[1:])  # not held up
+
+
+async def test_a_tick_after_the_table_is_gone_does_nothing():
+    """The fleet timer can fire once more while the app closes (its widgets already gone):
+    that redraw must be a no-op, not a NoMatches out of the test's or user's exit."""
+    from llmd.tui.top.fleet_table import FleetTable
+
+    app, _ = make_fleet()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.query_one(FleetTable).remove()
+        await settle(pilot)
+        app.show_fleet()
+        assert not app.query(FleetTable)

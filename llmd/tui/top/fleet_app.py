@@ -125,7 +125,10 @@ class FleetApp(TopApp):
 
     def show_fleet(self) -> None:
         """Redraw the fleet table (only when its rows changed)."""
-        self.query_one(FleetTable).show(self.fleet_view())
+        tables = self.query(FleetTable)
+        if not tables:  # the app is closing: a timer's last tick after its widgets went
+            return
+        tables.first().show(self.fleet_view())
 
     def on_daemon_event(self, message: DaemonEvent) -> None:
         """Apply one daemon's feed event to its model; redraw its full view if shown."""
