@@ -8,7 +8,10 @@
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Float8_e4m3fn.h>
+#if defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
+#define LLMD_FP8_BY_F16C 1
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -57,6 +60,7 @@ inline vec8 load8(const c10::BFloat16* p) {
   return out;
 }
 inline void store8(float* p, vec8 v) { *reinterpret_cast<vec8u*>(p) = v; }
+#ifdef LLMD_FP8_BY_F16C
 // fp8 bytes -> the fp16 bit patterns described above (16 lanes of 16 bits): sign-extended
 // and shifted by 7, the sign lands on bit 15 (and a copy on bit 14, cleared), exponent and
 // mantissa on bits 13..7.
@@ -71,6 +75,13 @@ inline vec8 load8(const c10::Float8_e4m3fn* p) {
   std::memcpy(&v, &out, sizeof(v));
   return v;
 }
+#else  // no F16C (or not x86): one element at a time, the same values
+inline vec8 load8(const c10::Float8_e4m3fn* p) {
+  vec8 v;
+  for (int k = 0; k < 8; ++k) v[k] = to_float(p[k]);
+  return v;
+}
+#endif
 
 typedef int32_t int8v __attribute__((vector_size(32)));
 constexpr vec8 kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7};
@@ -149,6 +160,7 @@ inline vec16 load16(const c10::BFloat16* p) {
   return out;
 }
 inline void store16(float* p, vec16 v) { *reinterpret_cast<vec16u*>(p) = v; }
+#ifdef LLMD_FP8_BY_F16C
 inline vec16 load16(const c10::Float8_e4m3fn* p) {
   const __m256i bits = fp8_as_fp16_bits(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   vec16 v;
@@ -163,6 +175,13 @@ inline vec16 load16(const c10::Float8_e4m3fn* p) {
 #endif
   return v;
 }
+#else
+inline vec16 load16(const c10::Float8_e4m3fn* p) {
+  vec16 v;
+  for (int k = 0; k < 16; ++k) v[k] = to_float(p[k]);
+  return v;
+}
+#endif
 
 typedef int32_t int16v __attribute__((vector_size(64)));
 inline vec16 exp16(vec16 x) { return exp_lanes<vec16, int16v>(x); }
