@@ -108,6 +108,15 @@ class Worker:
                 self.process.kill()
             self.process.wait(5)
 
+    def num_running(self) -> int:
+        """Requests this worker is running now (its vllm:num_requests_running gauge)."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "vllm:num_requests_running":
+                    return int(sample.value)
+        raise AssertionError("no vllm:num_requests_running on the worker's /metrics")
+
     def counters(self) -> dict[str, float]:
         """This worker's own vllm: counters: finished requests, prompt and hit tokens."""
         text = httpx.get(f"{self.url}/metrics", timeout=10).text

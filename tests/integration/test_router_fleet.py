@@ -9,6 +9,7 @@ through the other; restarted on its port, the worker gets requests again.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -20,6 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.soak]
 
 NUM_GROUPS = 4
 REQUESTS_PER_GROUP = 6
+LONG_MAX_TOKENS = 256
+"""A first request that runs long enough (about a second on one thread) to be in flight."""
 WORDS = ("river", "stone", "lamp", "cloud", "garden", "window", "bridge", "forest")
 
 
@@ -57,15 +60,35 @@ def fleet(tiny_model_dir, tmp_path):
             worker.stop()
 
 
+def place_first_requests(router: Router, workers: list[Worker]) -> list[int]:
+    """Send each group's first request, the odd groups' while the even one before them is
+    still running on a worker, and return the worker that served each group.
+
+    No cached prefix matches a group's first request, so the router places it by load: with
+    one request in flight it must pick the idle worker. Sent one after another to idle
+    workers, the choice would be a tie that SMG may break either way."""
+    served_by = []
+    for group in range(0, NUM_GROUPS, 2):
+        before = [w.counters() for w in workers]
+        with ThreadPoolExecutor(1) as pool:
+            long_one = pool.submit(complete, router, group, 0, LONG_MAX_TOKENS)
+            deadline = time.monotonic() + 30
+            while sum(w.num_running() for w in workers) == 0 and not long_one.done():
+                assert time.monotonic() < deadline, "the long request never ran"
+                time.sleep(0.01)
+            assert not long_one.done(), "the long request ended before the next was sent"
+            busy = [w.num_running() for w in workers].index(1)
+            assert complete(router, group + 1, 0).status_code == 200
+            assert long_one.result().status_code == 200
+        deltas = [_deltas(b, w.counters())["requests"] for b, w in zip(before, workers)]
+        assert sorted(deltas) == [1, 1], deltas  # one each: the router saw the busy worker
+        served_by += [busy, 1 - busy]
+    return served_by
+
+
 def test_groups_stick_to_one_worker_and_survive_a_killed_one(fleet):
     router, workers = fleet
-    # Each group's first request: nothing matches a cached prefix yet, so the router
-    # places it by its own measure (SMG: the worker whose prefix tree is smallest).
-    before = [w.counters() for w in workers]
-    for group in range(NUM_GROUPS):
-        assert complete(router, group, 0).status_code == 200
-    firsts = [_deltas(b, w.counters())["requests"] for b, w in zip(before, workers)]
-    assert sum(firsts) == NUM_GROUPS, firsts
+    served_by = place_first_requests(router, workers)
     # Then each group's further requests stick to one worker, whose prefix hits grow.
     owners = []
     for group in range(NUM_GROUPS):
@@ -79,6 +102,7 @@ def test_groups_stick_to_one_worker_and_survive_a_killed_one(fleet):
         assert deltas[owner]["requests"] == REQUESTS_PER_GROUP - 1
         assert deltas[owner]["prefix_cache_hits"] > 0  # the shared prompt was reused there
         assert other["requests"] == 0 and other.get("prefix_cache_hits", 0) == 0
+        assert owner == served_by[group]  # where its first request went
         owners.append(owner)
     assert set(owners) == {0, 1}, owners  # both workers own groups
 

@@ -20,8 +20,11 @@ from tests.tui.daemon_process import (
 
 
 @pytest.fixture(scope="session")
-def daemon_address(tiny_model_dir, tmp_path_factory):
-    """The address of a running `llmd serve` on the tiny model (64 blocks, 256 tokens)."""
+def daemon_process(tiny_model_dir, tmp_path_factory):
+    """A running `llmd serve` on the tiny model (64 blocks, 256 tokens) and its address.
+
+    Yields `(address, process)`: a test may pause the process (SIGSTOP) to order its own
+    messages before the daemon's next step, and must resume it before it returns."""
     runtime = tmp_path_factory.mktemp("tui-daemon")
     address = f"ipc://{runtime / 's.sock'}"
     log_path = runtime / "daemon.log"
@@ -36,7 +39,7 @@ def daemon_address(tiny_model_dir, tmp_path_factory):
         )
     try:
         wait_until_healthy(address, process, log_path)
-        yield address
+        yield address, process
     finally:
         process.terminate()
         try:
@@ -44,3 +47,9 @@ def daemon_address(tiny_model_dir, tmp_path_factory):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="session")
+def daemon_address(daemon_process):
+    """The address of the session's daemon."""
+    return daemon_process[0]

@@ -9,6 +9,7 @@ import os
 import pty
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import time
 
 import pytest
 
-from llmd.client import Accepted, AsyncClient, Client
+from llmd.client import Accepted, AsyncClient, Client, TokenDelta
 from llmd.sampling_params import SamplingParams
 from llmd.tui.chat.app import create_chat_app
 from llmd.tui.chat.assistant_reply import AssistantReply
@@ -59,26 +60,63 @@ async def test_chat_streams_the_reply_the_daemon_generates(daemon_address):
     assert stats.startswith("TTFT ")
 
 
-async def test_escape_aborts_the_request_on_the_daemon(daemon_address):
-    app = create_chat_app(AsyncClient(daemon_address), daemon_address, params=LONG)
-    async with app.run_test() as pilot:
-        # The tiny model writes hundreds of tokens per second and Pilot's press() waits until
-        # the app is idle (after the reply): post the keys and stop as soon as it is accepted.
-        prompt = app.query_one(PromptInput)
-        prompt.value = "Tell me a long story"
-        await prompt.action_submit()
-        deadline = time.monotonic() + 30
-        while app.active_client_id is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.002)
-        app.simulate_key("escape")
-        await wait_for(pilot, lambda: not app.conversation.is_waiting, timeout=10)
-        reply = app.query_one(AssistantReply)
-        stats = str(reply.query_one(".reply-stats").render())
+class PausingClient(AsyncClient):
+    """An AsyncClient that pauses the daemon (SIGSTOP) as the first token of a stream arrives
+    and records each abort it sends, so a test orders Esc before the reply could finish.
+
+    The tiny model writes hundreds of tokens per second, so without the pause a loaded
+    machine can finish the whole reply before the key is handled."""
+
+    def __init__(self, address: str, pid: int) -> None:
+        super().__init__(address)
+        self.pid = pid
+        self.is_paused = False
+        self.num_aborts_sent = 0
+
+    def stream(self, prompt=None, **options):
+        return self.pause_at_first_token(super().stream(prompt, **options))
+
+    async def pause_at_first_token(self, stream):
+        async with contextlib.aclosing(stream) as events:
+            async for event in events:
+                if isinstance(event, TokenDelta) and not self.is_paused:
+                    os.kill(self.pid, signal.SIGSTOP)
+                    self.is_paused = True
+                yield event
+
+    async def abort(self, request_id: str) -> None:
+        await super().abort(request_id)
+        self.num_aborts_sent += 1
+
+
+async def test_escape_aborts_the_request_on_the_daemon(daemon_process):
+    address, process = daemon_process
+    client = PausingClient(address, process.pid)
+    app = create_chat_app(client, address, params=LONG)
+    try:
+        async with app.run_test() as pilot:
+            # Pilot's press() waits until the app is idle (after the reply): post the key.
+            prompt = app.query_one(PromptInput)
+            prompt.value = "Tell me a long story"
+            await prompt.action_submit()
+            deadline = time.monotonic() + 30
+            while not client.is_paused and time.monotonic() < deadline:
+                await asyncio.sleep(0.002)
+            assert client.is_paused and app.active_client_id is not None
+            app.simulate_key("escape")
+            # The abort sits in the socket while the daemon is stopped; resume it then.
+            await wait_for(pilot, lambda: client.num_aborts_sent == 1, timeout=10)
+            os.kill(process.pid, signal.SIGCONT)
+            await wait_for(pilot, lambda: not app.conversation.is_waiting, timeout=10)
+            reply = app.query_one(AssistantReply)
+            stats = str(reply.query_one(".reply-stats").render())
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
     assert stats.endswith("· abort (you stopped it)")
     num_tokens = int(stats.split(" tokens")[0].rsplit(" ", 1)[-1])
     assert 0 < num_tokens < LONG.max_tokens
-    with Client(daemon_address) as client:
-        snapshot = client.stats()
+    with Client(address) as other:
+        snapshot = other.stats()
     assert snapshot.totals.finished.get("abort", 0) >= 1
     assert snapshot.num_requests == 0 and snapshot.kv is not None and snapshot.kv.num_used == 0
 
