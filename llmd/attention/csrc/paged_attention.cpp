@@ -56,20 +56,38 @@ bool set_amx_enabled(bool enabled) {
 #endif
 }
 
-// Scores rows are padded to whole 8-lane vectors so block_probs never touches a neighbour.
-inline int64_t score_stride(int64_t block_size) { return (block_size + 7) / 8 * 8; }
+// Blocks per softmax span: the scores of up to this many blocks are computed before one
+// online-softmax step over all of them, which pays the step's reductions, exp of the
+// correction and rescaling of the accumulators once per span instead of once per block.
+constexpr int64_t kSpanBlocks = 4;
+
+// Scores rows hold a span of blocks, padded to whole 16-lane vectors so block_probs never
+// touches a neighbour.
+inline int64_t score_stride(int64_t block_size) {
+  return (kSpanBlocks * block_size + 15) / 16 * 16;
+}
 
 // scores[j, 0:16] = q_j . K[:, t] for NQ queries over one 16-token block of transposed keys
 // [D, 16]: each key row is loaded once for the NQ queries, whose sums stay in registers.
 template <typename T, int64_t D, int64_t NQ>
 inline void block_scores_fixed(const float* __restrict__ q, const T* __restrict__ kb,
-                               float* __restrict__ scores) {
-  vec16 sums[NQ] = {};
-  for (int64_t d = 0; d < D; ++d) {
-    const vec16 k_row = load16(kb + d * 16);
-    for (int64_t j = 0; j < NQ; ++j) sums[j] += q[j * D + d] * k_row;
+                               float* __restrict__ scores, int64_t stride) {
+  // NA partial sums per query over interleaved d: at least 8 independent FMA chains, so
+  // the FMA latency (4 cycles) does not serialise the few queries of a decode.
+  constexpr int64_t NA = NQ >= 4 ? 2 : 4;
+  static_assert(D % NA == 0, "head_dim splits into NA interleaved sums");
+  vec16 sums[NA][NQ] = {};
+  for (int64_t d = 0; d < D; d += NA) {
+    for (int64_t a = 0; a < NA; ++a) {
+      const vec16 k_row = load16(kb + (d + a) * 16);
+      for (int64_t j = 0; j < NQ; ++j) sums[a][j] += q[j * D + d + a] * k_row;
+    }
   }
-  for (int64_t j = 0; j < NQ; ++j) store16(scores + j * 16, sums[j]);
+  for (int64_t j = 0; j < NQ; ++j) {
+    vec16 total = sums[0][j];
+    for (int64_t a = 1; a < NA; ++a) total += sums[a][j];
+    store16(scores + j * stride, total);
+  }
 }
 
 // scores[i, 0:bs] for queries [0, num_q): fixed-size groups of up to 4 queries when the
@@ -80,11 +98,13 @@ inline void block_scores(const float* __restrict__ q, const T* __restrict__ kb,
                          int64_t head_dim, int64_t stride) {
   if constexpr (BS == 16 && D > 0) {
     int64_t i = 0;
-    for (; i + 4 <= num_q; i += 4) block_scores_fixed<T, D, 4>(q + i * D, kb, scores + i * 16);
+    for (; i + 4 <= num_q; i += 4)
+      block_scores_fixed<T, D, 4>(q + i * D, kb, scores + i * stride, stride);
+    float* sc = scores + i * stride;
     switch (num_q - i) {
-      case 3: return block_scores_fixed<T, D, 3>(q + i * D, kb, scores + i * 16);
-      case 2: return block_scores_fixed<T, D, 2>(q + i * D, kb, scores + i * 16);
-      case 1: return block_scores_fixed<T, D, 1>(q + i * D, kb, scores + i * 16);
+      case 3: return block_scores_fixed<T, D, 3>(q + i * D, kb, sc, stride);
+      case 2: return block_scores_fixed<T, D, 2>(q + i * D, kb, sc, stride);
+      case 1: return block_scores_fixed<T, D, 1>(q + i * D, kb, sc, stride);
       default: return;
     }
   } else {
@@ -191,46 +211,55 @@ void attend_item(const WorkItem& item, const Shapes& s, const Q* query, Q* out,
 
   const int64_t last_position = item.first_position + item.num_rows - 1;
   const int64_t num_blocks = last_position / bs + 1;
-  for (int64_t b = 0; b < num_blocks; ++b) {
-    const int64_t block_id = block_table[b];
-    const T* kb = k_cache + (block_id * s.num_kv_heads + item.kv_head) * head_dim * bs;
-    const T* vb = v_cache + (block_id * s.num_kv_heads + item.kv_head) * bs * head_dim;
-    if (b + 1 < num_blocks) {  // blocks are scattered: the hardware prefetcher cannot guess
-      const int64_t next = block_table[b + 1] * s.num_kv_heads + item.kv_head;
-      const char* next_k = reinterpret_cast<const char*>(k_cache + next * head_dim * bs);
-      const char* next_v = reinterpret_cast<const char*>(v_cache + next * head_dim * bs);
-      for (int64_t offset = 0; offset < head_dim * bs * int64_t(sizeof(T)); offset += 64) {
-        __builtin_prefetch(next_k + offset);
-        __builtin_prefetch(next_v + offset);
-      }
-    }
-    const int64_t block_start = b * bs;
+  const int64_t block_elements = head_dim * bs;
+  for (int64_t span = 0; span < num_blocks; span += kSpanBlocks) {
+    const int64_t span_blocks = std::min(kSpanBlocks, num_blocks - span);
+    const int64_t span_start = span * bs;
     // Lanes at or past a row's num_valid (padding, NaN slots) are computed but never read.
-    block_scores<T, BS, D>(q, kb, scores, num_q, bs, head_dim, stride);
+    for (int64_t k = 0; k < span_blocks; ++k) {
+      const int64_t b = span + k;
+      if (b + 1 < num_blocks) {  // blocks are scattered: the hardware prefetcher cannot guess
+        const int64_t next = block_table[b + 1] * s.num_kv_heads + item.kv_head;
+        const char* next_k = reinterpret_cast<const char*>(k_cache + next * block_elements);
+        const char* next_v = reinterpret_cast<const char*>(v_cache + next * block_elements);
+        for (int64_t offset = 0; offset < block_elements * int64_t(sizeof(T)); offset += 64) {
+          __builtin_prefetch(next_k + offset);
+          __builtin_prefetch(next_v + offset);
+        }
+      }
+      const T* kb = k_cache + (block_table[b] * s.num_kv_heads + item.kv_head) * block_elements;
+      block_scores<T, BS, D>(q, kb, scores + k * bs, num_q, bs, head_dim, stride);
+    }
     // The group_size heads of one query row see the same tokens: one run of rows each.
     for (int64_t r = 0; r < item.num_rows; ++r) {
       const int64_t position = item.first_position + r;
-      const int64_t num_valid = std::min(bs, position + 1 - block_start);
-      if (num_valid <= 0) continue;  // causal: this row sees nothing in this block
+      const int64_t span_valid = std::min(span_blocks * bs, position + 1 - span_start);
+      if (span_valid <= 0) continue;  // causal: this row sees nothing in this span
       const int64_t first = r * s.group_size;
       for (int64_t i = first; i < first + s.group_size; ++i) {
         float* sc = scores + i * stride;
         const float old_max = row_max[i];
-        const float block_sum = block_probs(sc, num_valid, row_max[i]);
+        const float span_sum = block_probs(sc, span_valid, row_max[i]);
         if (row_max[i] != old_max) {
           const float correction = exp_scalar(old_max - row_max[i]);
           float* ai = acc + i * head_dim;
           for (int64_t d = 0; d < head_dim; ++d) ai[d] *= correction;
           row_sum[i] *= correction;
         }
-        row_sum[i] += block_sum;
+        row_sum[i] += span_sum;
       }
-      if constexpr (D > 0 && D % 64 == 0) {
-        block_values_run<T, D>(scores + first * stride, stride, vb, acc + first * head_dim,
-                               num_valid, s.group_size);
-      } else {
-        for (int64_t i = first; i < first + s.group_size; ++i)
-          block_values<T>(scores + i * stride, vb, acc + i * head_dim, num_valid, head_dim);
+      for (int64_t k = 0; k * bs < span_valid; ++k) {
+        const int64_t num_valid = std::min(bs, span_valid - k * bs);
+        const T* vb = v_cache + (block_table[span + k] * s.num_kv_heads + item.kv_head) * block_elements;
+        const float* probs = scores + first * stride + k * bs;
+        if constexpr (D > 0 && D % 64 == 0) {
+          block_values_run<T, D>(probs, stride, vb, acc + first * head_dim, num_valid,
+                                 s.group_size);
+        } else {
+          for (int64_t i = 0; i < s.group_size; ++i)
+            block_values<T>(probs + i * stride, vb, acc + (first + i) * head_dim, num_valid,
+                            head_dim);
+        }
       }
     }
   }

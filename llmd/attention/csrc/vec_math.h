@@ -8,8 +8,10 @@
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Float8_e4m3fn.h>
-#if defined(__AVX2__) && defined(__F16C__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX2__) && defined(__F16C__)
 #define LLMD_FP8_BY_F16C 1
 #endif
 
@@ -121,31 +123,6 @@ inline float lane_sum(vec8 v) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-// Online-softmax step over one block's scores[0, num_valid): returns the block's sum of
-// exp(score - new_max) and leaves those probabilities in scores. Reads 8 lanes at a time
-// (within the row's padding); lanes past num_valid are masked by selection, so NaN
-// padding never propagates.
-inline float block_probs(float* __restrict__ scores, int64_t num_valid, float& row_max) {
-  const vec8 minus_inf = vec8{} - std::numeric_limits<float>::infinity();
-  vec8 maxes = minus_inf;
-  for (int64_t t = 0; t < num_valid; t += 8) {
-    const vec8 lane = kLaneIndex + static_cast<float>(t);
-    maxes = lane < static_cast<float>(num_valid) ? (load8(scores + t) > maxes ? load8(scores + t) : maxes) : maxes;
-  }
-  const float new_max = std::max(row_max, lane_max(maxes));
-  vec8 sums = {};
-  for (int64_t t = 0; t < num_valid; t += 8) {
-    const vec8 lane = kLaneIndex + static_cast<float>(t);
-    const vec8 probs = exp8(load8(scores + t) - new_max);
-    const vec8 kept = lane < static_cast<float>(num_valid) ? probs : vec8{};
-    store8(scores + t, kept);
-    sums += kept;
-  }
-  row_max = new_max;
-  return lane_sum(sums);
-}
-
-
 typedef float vec16 __attribute__((vector_size(64)));
 typedef float vec16u __attribute__((vector_size(64), aligned(4)));
 typedef uint16_t half16 __attribute__((vector_size(32), aligned(2)));
@@ -153,11 +130,20 @@ typedef uint32_t word16 __attribute__((vector_size(64)));
 
 inline vec16 load16(const float* p) { return *reinterpret_cast<const vec16u*>(p); }
 inline vec16 load16(const c10::BFloat16* p) {
+#ifdef __AVX512F__
+  // One widening load and a shift (gcc splits the generic conversion into 8-lane halves).
+  const __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  const __m512 out = _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
+  vec16 v;
+  std::memcpy(&v, &out, sizeof(v));
+  return v;
+#else
   const half16 raw = *reinterpret_cast<const half16*>(p);
   const word16 bits = __builtin_convertvector(raw, word16) << 16;
   vec16 out;
   std::memcpy(&out, &bits, sizeof(out));
   return out;
+#endif
 }
 inline void store16(float* p, vec16 v) { *reinterpret_cast<vec16u*>(p) = v; }
 #ifdef LLMD_FP8_BY_F16C
@@ -185,5 +171,37 @@ inline vec16 load16(const c10::Float8_e4m3fn* p) {
 
 typedef int32_t int16v __attribute__((vector_size(64)));
 inline vec16 exp16(vec16 x) { return exp_lanes<vec16, int16v>(x); }
+
+inline vec8 low_half(vec16 v) { return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7); }
+inline vec8 high_half(vec16 v) {
+  return __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+constexpr vec16 kLaneIndex16 = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+// Online-softmax step over one span's scores[0, num_valid): returns the span's sum of
+// exp(score - new_max) and leaves those probabilities in scores. Reads 16 lanes at a time
+// (within the row's padding); lanes past num_valid are masked by selection, so NaN
+// padding never propagates.
+inline float block_probs(float* __restrict__ scores, int64_t num_valid, float& row_max) {
+  const vec16 minus_inf = vec16{} - std::numeric_limits<float>::infinity();
+  vec16 maxes = minus_inf;
+  for (int64_t t = 0; t < num_valid; t += 16) {
+    const vec16 lane = kLaneIndex16 + static_cast<float>(t);
+    const vec16 x = load16(scores + t);
+    maxes = lane < static_cast<float>(num_valid) ? (x > maxes ? x : maxes) : maxes;
+  }
+  const vec8 folded = low_half(maxes) > high_half(maxes) ? low_half(maxes) : high_half(maxes);
+  const float new_max = std::max(row_max, lane_max(folded));
+  vec16 sums = {};
+  for (int64_t t = 0; t < num_valid; t += 16) {
+    const vec16 lane = kLaneIndex16 + static_cast<float>(t);
+    const vec16 probs = exp16(load16(scores + t) - new_max);
+    const vec16 kept = lane < static_cast<float>(num_valid) ? probs : vec16{};
+    store16(scores + t, kept);
+    sums += kept;
+  }
+  row_max = new_max;
+  return lane_sum(low_half(sums) + high_half(sums));
+}
 
 }  // namespace llmd_cpu
