@@ -20,7 +20,7 @@ import torch
 from llmd import LLM, SamplingParams
 from tests.tiny_model import make_tiny_model
 
-ARCHS = ["llama", "mistral", "qwen2", "qwen3"]
+ARCHS = ["llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe"]
 BACKENDS = ["cpu", "torch"]
 PROMPT_LENGTHS = [1, 5, 17, 40, 63]
 MAX_TOKENS = 10
