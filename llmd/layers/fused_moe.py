@@ -4,10 +4,12 @@ Tokens are grouped by expert (a stable argsort of the flat top-k ids, counts by 
 each touched expert multiplies its gathered rows once, and the weighted rows are added back
 to their tokens with one index_add_: no Python loop over tokens, and an expert that got no
 token costs nothing, which is what makes a decode step read only the experts it uses.
+With Triton layers (CUDA) both projections are grouped GEMMs over all experts at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -15,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from llmd.layers.activation import GatedActivation
+from llmd.layers.kernel_config import KernelConfig
 from llmd.layers.routing_stats import RoutingStats
 
 
@@ -60,6 +63,18 @@ class FusedMoE(nn.Module):
         """Replaces the stacked weights' F.linear when set (oneDNN-packed on CPU)."""
         self.routing_stats = routing_stats
         self.moe_layer_index = moe_layer_index
+        self.kernel_config = KernelConfig()
+        self._grouped_gemm: Callable[..., torch.Tensor] | None = None
+
+    def use_kernel_config(self, config: KernelConfig) -> None:
+        """Run the stacked experts as two Triton grouped GEMMs when `config` selects Triton
+        (no host round trip); otherwise one GEMM per touched expert."""
+        self.kernel_config = config
+        self._grouped_gemm = None
+        if config.use_triton:
+            from llmd.kernels.grouped_gemm import grouped_gemm
+
+            self._grouped_gemm = grouped_gemm
 
     def gate_up(self, expert_id: int, rows: torch.Tensor) -> torch.Tensor:
         """One expert's fused gate/up projection of its rows."""
@@ -87,6 +102,20 @@ class FusedMoE(nn.Module):
         counts = torch.bincount(flat_ids, minlength=self.num_experts)  # [num_experts]
         order = torch.argsort(flat_ids, stable=True)  # slots grouped by expert, ascending
         token_of_slot = order // top_k  # [num_slots]: the token each sorted slot came from
+        rows = hidden.index_select(0, token_of_slot)  # [num_slots, hidden_size]
+        if self._grouped_gemm is not None and self.expert_gemm is None:
+            expert_out = self._grouped_experts(rows, counts)
+        else:
+            expert_out = self._expert_by_expert(rows, counts)
+        slot_weights = weights.reshape(-1)[order].to(expert_out.dtype)  # [num_slots]
+        expert_out.mul_(slot_weights[:, None])
+        out = torch.zeros_like(hidden)
+        out.index_add_(0, token_of_slot, expert_out)
+        return out
+
+    def _expert_by_expert(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """One GEMM per touched expert over its run of the sorted rows (counts read on the
+        host); [num_slots, hidden_size] -> [num_slots, hidden_size]."""
         num_rows_of = counts.tolist()
         if self.routing_stats is not None:
             num_touched = self.num_experts - num_rows_of.count(0)
@@ -97,7 +126,6 @@ class FusedMoE(nn.Module):
             if num_rows:
                 segments.append((expert_id, start, start + num_rows))
                 start += num_rows
-        rows = hidden.index_select(0, token_of_slot)  # [num_slots, hidden_size]
         gate_up = rows.new_empty(rows.shape[0], 2 * self.intermediate_size)
         for expert_id, first, end in segments:
             gate_up[first:end] = self.gate_up(expert_id, rows[first:end])
@@ -105,11 +133,16 @@ class FusedMoE(nn.Module):
         expert_out = torch.empty_like(rows)  # [num_slots, hidden_size]
         for expert_id, first, end in segments:
             expert_out[first:end] = self.down(expert_id, activated[first:end])
-        slot_weights = weights.reshape(-1)[order].to(expert_out.dtype)  # [num_slots]
-        expert_out.mul_(slot_weights[:, None])
-        out = torch.zeros_like(hidden)
-        out.index_add_(0, token_of_slot, expert_out)
-        return out
+        return expert_out
+
+    def _grouped_experts(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Both projections as grouped GEMMs over the stacked weights, counts kept on the
+        device (the touched count too, read with the step's samples)."""
+        assert self._grouped_gemm is not None
+        if self.routing_stats is not None:
+            self.routing_stats.record(self.moe_layer_index, counts, (counts > 0).sum())
+        gate_up = self._grouped_gemm(rows, self.gate_up_proj, counts)  # [num_slots, 2 I]
+        return self._grouped_gemm(self.act(gate_up), self.down_proj, counts)
 
 
 def fused_moe_reference(

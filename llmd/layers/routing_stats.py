@@ -20,11 +20,15 @@ class RoutingStats:
         self.num_experts = num_experts
         self.expert_tokens: torch.Tensor | None = None
         """[num_moe_layers, num_experts] int64 on the model's device, made on first use."""
-        self.num_touched_in_step = 0
-        """(MoE layer, expert) pairs that got at least one token since `take_step_touched`."""
+        self.num_touched_in_step: int | torch.Tensor = 0
+        """(MoE layer, expert) pairs that got at least one token since `take_step_touched`:
+        a host int, or a device scalar where the counts never left the device (Triton)."""
 
-    def record(self, moe_layer_index: int, counts: torch.Tensor, num_touched: int) -> None:
-        """Add one layer's per-expert token counts ([num_experts] int64) of a forward pass."""
+    def record(
+        self, moe_layer_index: int, counts: torch.Tensor, num_touched: int | torch.Tensor
+    ) -> None:
+        """Add one layer's per-expert token counts ([num_experts] int64) of a forward pass
+        and how many experts they touched."""
         if self.expert_tokens is None or self.expert_tokens.device != counts.device:
             self.expert_tokens = torch.zeros(
                 self.num_moe_layers, self.num_experts, dtype=torch.int64, device=counts.device
@@ -32,8 +36,9 @@ class RoutingStats:
         self.expert_tokens[moe_layer_index] += counts
         self.num_touched_in_step += num_touched
 
-    def take_step_touched(self) -> int:
-        """The (layer, expert) pairs touched since the last call, and start counting anew."""
+    def take_step_touched(self) -> int | torch.Tensor:
+        """The (layer, expert) pairs touched since the last call (an int, or a device scalar
+        to copy with the step's samples), and start counting anew."""
         num_touched, self.num_touched_in_step = self.num_touched_in_step, 0
         return num_touched
 

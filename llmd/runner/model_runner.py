@@ -351,7 +351,7 @@ class ModelRunner:
             self._pending_tokens = None
             raise
         request_ids = [chunk.request_id for chunk in sampling_chunks]
-        num_experts_touched = 0
+        num_experts_touched: int | torch.Tensor = 0
         if self.routing_stats is not None:
             num_experts_touched = self.routing_stats.take_step_touched()
         self._pending_tokens = PendingTokens(

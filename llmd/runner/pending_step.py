@@ -65,7 +65,8 @@ class PendingStep:
     launch_s: float
     events: StepEvents | None
     prompt_logprobs: PromptLogprobs | None = None
-    num_experts_touched: int = 0
+    num_experts_touched: int | torch.Tensor = 0
+    """An MoE step's touched (layer, expert) pairs: an int, or a host copy on its way."""
 
     @classmethod
     def start(
@@ -77,7 +78,7 @@ class PendingStep:
         launch_s: float,
         events: StepEvents | None,
         prompt_logprobs: PromptLogprobs | None = None,
-        num_experts_touched: int = 0,
+        num_experts_touched: int | torch.Tensor = 0,
     ) -> PendingStep:
         """Queue the copy of `sample` to pinned host memory and mark the step's end.
 
@@ -91,6 +92,8 @@ class PendingStep:
             )
             if prompt_logprobs is not None:
                 prompt_logprobs.copy_to_host()
+            if isinstance(num_experts_touched, torch.Tensor):
+                num_experts_touched = _to_pinned_host(num_experts_touched)
             events.done.record()
         return cls(
             request_ids, batch, sample, host_sample, prepare_s, launch_s, events, prompt_logprobs,
@@ -116,7 +119,7 @@ class PendingStep:
             prepare_s=self.prepare_s,
             forward_s=self.launch_s + (read_from - waited_from),
             sample_s=read_until - read_from,
-            num_experts_touched=self.num_experts_touched,
+            num_experts_touched=int(self.num_experts_touched),
         )
         if self.prompt_logprobs is not None:
             output.prompt_logprobs = self.prompt_logprobs.read()
