@@ -7,6 +7,7 @@ import httpx
 
 from llmd import LLM, SamplingParams
 from llmd.client import Client
+from llmd.client.status_report import format_status, status_report
 from llmd.protocol.stats_snapshot import StatsSnapshot
 from tests.http.http_harness import DAEMON_ARGS, http_daemon
 from tests.tiny_model import make_tiny_model
@@ -53,6 +54,7 @@ def test_a_served_moe_model_answers_and_reports_its_experts(tmp_path):
     )  # fmt: skip
     assert snapshot.moe is not None
     assert [sum(row) for row in snapshot.moe.expert_tokens] == [TOP_K * num_computed] * 2
+    assert "experts   top-2 of 8 in 2 MoE layers; " in format_status(status_report(snapshot))
     # The same greedy tokens as the offline engine on the same checkpoint.
     offline = LLM(str(model_dir), device="cpu", num_blocks=64)
     greedy = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
