@@ -36,6 +36,7 @@ def test_a_served_moe_model_answers_and_reports_its_experts(tmp_path):
         assert chat.status_code == 200, chat.text
         chat_usage = chat.json()["usage"]
         served.wait_idle()
+        metrics = httpx.get(f"{served.url}/metrics", timeout=10).text
         with Client(served.address) as client:
             stats = client.stats(include_requests=False, include_block_map=False)
         text = reply.json()["choices"][0]["text"]
@@ -55,6 +56,8 @@ def test_a_served_moe_model_answers_and_reports_its_experts(tmp_path):
     assert snapshot.moe is not None
     assert [sum(row) for row in snapshot.moe.expert_tokens] == [TOP_K * num_computed] * 2
     assert "experts   top-2 of 8 in 2 MoE layers; " in format_status(status_report(snapshot))
+    for name in ("llmd:moe_experts_touched_per_step", "llmd:moe_expert_load_imbalance"):
+        assert f'{name}{{model_name="{model_dir}"}}' in metrics
     # The same greedy tokens as the offline engine on the same checkpoint.
     offline = LLM(str(model_dir), device="cpu", num_blocks=64)
     greedy = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
