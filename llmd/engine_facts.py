@@ -40,4 +40,8 @@ def engine_facts(engine: LLMEngine) -> EngineFacts:
         attention_backend=runner.backend.name,
         async_scheduling=engine.async_scheduling,
         kv_cache_dtype=dtype_name(runner.kv_dtype),
+        num_experts=shape.num_experts,
+        num_experts_per_token=shape.num_experts_per_token,
+        num_moe_layers=shape.num_moe_layers,
+        num_params_per_expert=shape.num_params_per_expert,
     )

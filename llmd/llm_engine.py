@@ -8,6 +8,7 @@ engine and differ only in where requests come from and where tokens go.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -223,6 +224,8 @@ class LLMEngine:
         self.block_manager.rebuild()
         self.block_manager.reset_counters()
         self.scheduler.reset_counters()
+        if self.runner.routing_stats is not None:
+            self.runner.routing_stats.reset()
         self.num_integrity_errors = 0
         self.started_at = time.monotonic()
 
@@ -416,4 +419,6 @@ class LLMEngine:
         the grammar figures are zeros until the first constrained request."""
         num_compiling = 0 if self.grammars is None else len(self.grammars.compiling)
         grammar = self.grammar_stats.section(num_compiling)
-        return collect_snapshot(self.scheduler, scope or SnapshotScope(), recent, grammar)
+        snapshot = collect_snapshot(self.scheduler, scope or SnapshotScope(), recent, grammar)
+        stats = self.runner.routing_stats  # an MoE model's: its routing load goes along
+        return snapshot if stats is None else dataclasses.replace(snapshot, moe=stats.section())

@@ -34,6 +34,7 @@ from triton.compiler import ASTSource, make_backend
 from llmd.kernels import (
     checks,
     decode_attention,
+    grouped_gemm,
     kv_store,
     launch_configs,
     paged_launch,
@@ -70,7 +71,9 @@ class CapturedLaunch:
 
 def capture_kernels(launches: list) -> None:
     """Swap each kernel module's kernels for recorders and make the checks accept CPU tensors."""
-    for module in (decode_attention, prefill_attention, kv_store, rmsnorm, rotary, silu_mul):
+    kernel_modules = (decode_attention, prefill_attention, kv_store, rmsnorm, rotary, silu_mul,
+                      grouped_gemm)  # fmt: skip
+    for module in kernel_modules:
         for name in dir(module):
             value = getattr(module, name)
             if isinstance(value, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
@@ -90,7 +93,7 @@ def _first_device(tensors: dict) -> torch.device:
 
 def target_arch(arch: int) -> None:
     """Make the launchers pick `arch`'s launch configuration and SM count."""
-    for module in (decode_attention, prefill_attention):
+    for module in (decode_attention, prefill_attention, grouped_gemm):
         module.arch_of = lambda device: arch
     decode_attention._num_sms = lambda device: NUM_SMS[arch]
 
@@ -174,6 +177,9 @@ def launch_cases(dtype: torch.dtype, head_dim: int) -> list[tuple[str, object]]:
         ("rotary", lambda: rotary.rotary_embedding(
             torch.zeros(8).long(), tokens, tokens, torch.empty(9, half), torch.empty(9, half))),
         ("silu_mul", lambda: silu_mul.silu_mul(torch.empty(8, 2 * 14336, dtype=dtype))),
+        ("grouped_gemm", lambda: grouped_gemm.grouped_gemm(  # Qwen3-30B-A3B's gate/up
+            torch.empty(64, 2048, dtype=dtype), torch.empty(128, 1536, 2048, dtype=dtype),
+            torch.full((128,), 0).index_fill_(0, torch.arange(8), 8))),
     ]  # fmt: skip
 
 

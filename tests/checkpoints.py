@@ -29,6 +29,42 @@ ARCHITECTURES: dict[str, tuple[type, str, dict[str, Any]]] = {
     "qwen2": (transformers.Qwen2Config, "Qwen2ForCausalLM", {}),
     # An explicit head_dim different from hidden_size / num_heads, as real Qwen3 models have.
     "qwen3": (transformers.Qwen3Config, "Qwen3ForCausalLM", {"head_dim": 32}),
+    # Mixture of experts: 8 experts, top-2; Qwen3-MoE renormalises the chosen two and keeps
+    # a dense MLP in layer 1 (mlp_only_layers), Qwen2-MoE adds its gated shared expert.
+    "qwen3_moe": (
+        transformers.Qwen3MoeConfig,
+        "Qwen3MoeForCausalLM",
+        {
+            "head_dim": 32,
+            "num_hidden_layers": 3,
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "norm_topk_prob": True,
+            "mlp_only_layers": [1],
+        },
+    ),
+    "mixtral": (
+        transformers.MixtralConfig,
+        "MixtralForCausalLM",
+        {
+            "sliding_window": None,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+            "intermediate_size": 32,
+        },
+    ),
+    "qwen2_moe": (
+        transformers.Qwen2MoeConfig,
+        "Qwen2MoeForCausalLM",
+        {
+            "num_experts": 8,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 48,
+            "decoder_sparse_step": 2,
+        },
+    ),
 }
 
 WEIGHT_STD = 0.1

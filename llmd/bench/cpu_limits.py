@@ -102,8 +102,9 @@ def decode_step_vs_gemm(
     """Steady-state decode steps (`num_seqs` sequences at ~`context_len` tokens) in GFLOP/s,
     against the best GEMM rate over weights of the same shapes at M = num_seqs.
 
-    FLOPs of a step: 2 * M * (weights of every linear layer and the LM head) plus
-    attention's 4 * M * context * heads * head_dim per layer. The GEMM rate counts the
+    FLOPs of a step: 2 * M * (weights of every linear layer and the LM head; of an MoE
+    layer's experts, the top-k a token uses) plus attention's 4 * M * context * heads *
+    head_dim per layer. The GEMM rate counts the
     linear part only, so the ratio is an upper bound of how close a step gets to GEMM.
     """
     from llmd.config import EngineConfig
@@ -155,14 +156,24 @@ def decode_step_vs_gemm(
 
 
 def _linear_shapes(model: torch.nn.Module) -> list[tuple[int, int]]:
-    """[N, K] of every projection and the LM head, packed or not."""
+    """[N, K] of every projection and the LM head, packed or not; an MoE layer's experts
+    count as top-k experts' projections (what each token multiplies), not all of them."""
     from llmd.layers.packed_linear import PackedLinear
+    from llmd.models.sparse_moe_block import SparseMoeBlock
 
-    return [
+    shapes, expert_modules = [], set()
+    for block in model.modules():
+        if isinstance(block, SparseMoeBlock):
+            experts = block.experts
+            expert_modules.update(id(module) for module in experts.modules())
+            hidden, width = block.gate.in_features, experts.intermediate_size
+            shapes += [(2 * width, hidden), (hidden, width)] * block.top_k
+    shapes += [
         (module.out_features, module.in_features)
         for module in model.modules()
-        if isinstance(module, (torch.nn.Linear, PackedLinear))
+        if isinstance(module, (torch.nn.Linear, PackedLinear)) and id(module) not in expert_modules
     ]
+    return shapes
 
 
 def gemm_rates(shapes: list[tuple[int, int]], num_rows: int, dtype: torch.dtype) -> dict:

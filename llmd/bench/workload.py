@@ -36,10 +36,29 @@ QWEN3_0_6B_SHAPE = {
     "rope_theta": 1000000.0,
     "rms_norm_eps": 1e-6,
 }
+QWEN3_MOE_64E_SHAPE = {
+    # Qwen3-30B-A3B's ratios at half its width and 4 of its 48 layers: 64 experts, top-8.
+    "hidden_size": 1024,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "num_experts": 64,
+    "num_experts_per_tok": 8,
+    "moe_intermediate_size": 384,
+    "intermediate_size": 3072,
+    "norm_topk_prob": True,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": False,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+}
 SHAPES = {
     # name: (architecture, config fields, dtype the checkpoint is saved in)
     "smollm2-135m": ("llama", SMOLLM2_135M_SHAPE, torch.float32),
     "qwen3-0.6b": ("qwen3", QWEN3_0_6B_SHAPE, torch.bfloat16),
+    "qwen3-moe-64e": ("qwen3_moe", QWEN3_MOE_64E_SHAPE, torch.bfloat16),
 }
 
 
@@ -56,6 +75,7 @@ def make_checkpoint(
     config_class, model_class = {
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+        "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
     }[arch]
     torch.manual_seed(0)
     config = config_class(

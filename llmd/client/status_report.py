@@ -55,17 +55,31 @@ class _StatusFields(TypedDict):
     kv: KvReport
 
 
+class MoeReport(TypedDict):
+    """An MoE model's experts, how many a step touches, and how uneven their load is."""
+
+    num_experts: int
+    num_experts_per_token: int
+    num_moe_layers: int
+    experts_touched_per_step: float | None
+    """(MoE layer, expert) pairs a step's tokens were routed to, over the metrics window."""
+    max_imbalance: float | None
+    """Busiest expert's tokens over the mean expert's, in the most uneven layer."""
+
+
 class StatusReport(_StatusFields, total=False):
     """What `llmd status` shows (and prints with --json); None where the daemon had no value."""
 
     log_file: str | None
     """Added by `llmd status`, which knows where the daemon's log file is."""
+    moe: MoeReport
+    """Only for a mixture-of-experts model."""
 
 
 def status_report(snapshot: StatsSnapshot) -> StatusReport:
     """The fields `llmd status` shows, from a stats snapshot (queue and kv None while dead)."""
     daemon, queue, kv = snapshot.daemon, snapshot.queue, snapshot.kv
-    return {
+    report: StatusReport = {
         "running": True,
         "state": daemon.state,
         "error": daemon.error,
@@ -85,6 +99,15 @@ def status_report(snapshot: StatsSnapshot) -> StatusReport:
         "queue": _queue_report(daemon.num_in_flight, queue),
         "kv": _kv_report(kv),
     }
+    if daemon.num_experts:
+        report["moe"] = {
+            "num_experts": daemon.num_experts,
+            "num_experts_per_token": daemon.num_experts_per_token,
+            "num_moe_layers": daemon.num_moe_layers,
+            "experts_touched_per_step": snapshot.hardware.experts_touched_per_step,
+            "max_imbalance": None if snapshot.moe is None else snapshot.moe.max_imbalance,
+        }
+    return report
 
 
 def _queue_report(num_in_flight: int, queue: QueueCounts | None) -> QueueReport:
@@ -142,9 +165,27 @@ def format_status(report: StatusReport) -> str:
         f"{show(queue['running'])} running, {show(queue['preempted'])} preempted",
         f"kv cache  {kv_line}",
         f"tools     calls of tool_choice auto read as {show(report.get('tool_call_parser'))}",
+        *_experts_lines(report),
         f"log       {report.get('log_file') or 'stderr of the `llmd serve` process'}",
     ]
     return "\n".join(lines)
+
+
+def _experts_lines(report: StatusReport) -> list[str]:
+    """The `experts` line of an MoE model's status; none for a dense model."""
+    moe = report.get("moe")
+    if moe is None:
+        return []
+    line = (
+        f"experts   top-{moe['num_experts_per_token']} of {moe['num_experts']} in "
+        f"{moe['num_moe_layers']} MoE layers"
+    )
+    touched = moe["experts_touched_per_step"]
+    if touched is not None:
+        line += f"; {touched:.1f} (layer, expert) pairs touched per step"
+    if moe["max_imbalance"] is not None:
+        line += f"; busiest expert {moe['max_imbalance']:.2f}x the mean"
+    return [line]
 
 
 def _duration(seconds: float | None) -> str:

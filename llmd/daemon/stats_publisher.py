@@ -206,6 +206,8 @@ class StatsPublisher:
             kv=None if engine is None else engine.kv,
             grammar=None if engine is None else engine.grammar,
         )
+        if engine is not None and engine.moe is not None:
+            base = dataclasses.replace(base, moe=engine.moe)
         if engine is None:
             return base, SnapshotParts({}, None, None, None, None)
         requests = engine.requests

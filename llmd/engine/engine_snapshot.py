@@ -18,6 +18,7 @@ from llmd.protocol.engine_sections import (
     RequestTimeline,
 )
 from llmd.protocol.grammar_section import GrammarSection
+from llmd.protocol.moe_section import MoeSection
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ class EngineSnapshot:
     """Prompt tokens still to prefill over every waiting and running request (if asked)."""
     grammar: GrammarSection = field(default_factory=GrammarSection)
     """Structured outputs: constrained requests, compiles and the compile queue now."""
+    moe: MoeSection | None = None
+    """An MoE model's routing load per expert (None for a dense model)."""
 
 
 __all__ = [
@@ -83,6 +86,7 @@ __all__ = [
     "EngineSnapshot",
     "GrammarSection",
     "KVUsage",
+    "MoeSection",
     "Prefilling",
     "QueueCounts",
     "SnapshotScope",

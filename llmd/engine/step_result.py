@@ -119,4 +119,5 @@ def step_stats(
         kv_context_tokens=kv_context_tokens,
         num_sampling_seqs=sum(1 for chunk in plan.chunks if chunk.is_sampling),
         device_gap_s=output.device_gap_s,
+        num_experts_touched=output.num_experts_touched,
     )

@@ -34,6 +34,9 @@ class StepStats:
     grammar_s: float = 0.0
     """Host time filling the step's grammar masks (structured outputs), after scheduling
     and before `prepare_s`; zero for a step without a constrained row."""
+    num_experts_touched: int = 0
+    """(MoE layer, expert) pairs this step's tokens were routed to: the experts whose weights
+    it read (0 for a dense model)."""
     device_gap_s: float | None = None
     """Device idle time from the previous step's end to this step's start, from CUDA
     events (None on CPU): the host gap the device really saw, measured the same way with

@@ -47,6 +47,12 @@ _GAUGES: tuple[tuple[str, str, Reader], ...] = (
     ("num_requests_waiting_for_grammar",
      "Structured-output requests waiting for their grammar to compile.",
      lambda s: None if s.grammar is None else s.grammar.num_waiting),
+    ("moe_experts_touched_per_step",
+     "MoE models: (layer, expert) pairs a step's tokens were routed to, over the window.",
+     lambda s: s.hardware.experts_touched_per_step),
+    ("moe_expert_load_imbalance",
+     "MoE models: busiest expert's tokens over the mean expert's, most uneven layer.",
+     lambda s: None if s.moe is None else s.moe.max_imbalance),
 )  # fmt: skip
 _COUNTERS: tuple[tuple[str, str, Reader], ...] = (
     ("prompt_tokens", "Prompt tokens computed (prefill).", lambda s: s.totals.prompt_tokens),

@@ -25,6 +25,22 @@ class ModelCost:
     hidden_size: int = 0
     is_tied: bool = False
     """True when the output projection reuses the input embedding table."""
+    num_experts: int = 0
+    """Routed experts per MoE layer (0: a dense model)."""
+    num_experts_per_token: int = 0
+    num_moe_layers: int = 0
+    num_params_per_expert: int = 0
+
+    @property
+    def num_routed_params(self) -> int:
+        """Parameters of every routed expert of every MoE layer (0 for a dense model)."""
+        return self.num_moe_layers * self.num_experts * self.num_params_per_expert
+
+    @property
+    def num_active_params_per_token(self) -> int:
+        """Body parameters one token multiplies: the dense ones and its top-k experts."""
+        routed = self.num_moe_layers * self.num_experts_per_token * self.num_params_per_expert
+        return self.num_body_params + routed
 
     @property
     def num_table_params(self) -> int:
@@ -33,20 +49,30 @@ class ModelCost:
 
     @property
     def num_body_params(self) -> int:
-        """Parameters multiplied once per computed token: every layer and the final norm."""
+        """Parameters every computed token multiplies: every layer and the final norm, less
+        the routed experts (a token uses only its top-k of those)."""
         num_tables = 1 if self.is_tied else 2
-        return max(0, self.num_params - num_tables * self.num_table_params)
+        return max(0, self.num_params - num_tables * self.num_table_params - self.num_routed_params)
 
     def step_flops(self, num_tokens: int, num_sampled_rows: int) -> int:
-        """Matmul FLOPs of a step: the body on every token, the projection on sampled rows."""
-        return 2 * (self.num_body_params * num_tokens + self.num_table_params * num_sampled_rows)
+        """Matmul FLOPs of a step: the active body on every token, the projection on sampled
+        rows."""
+        per_token = self.num_active_params_per_token
+        return 2 * (per_token * num_tokens + self.num_table_params * num_sampled_rows)
 
     def decode_step_bytes(
-        self, dtype_bytes: int, num_seqs: int, kv_context_tokens: int, kv_bytes_per_token: int
+        self,
+        dtype_bytes: int,
+        num_seqs: int,
+        kv_context_tokens: int,
+        kv_bytes_per_token: int,
+        num_experts_touched: int = 0,
     ) -> int:
-        """Bytes a decode step reads: the body and output projection once, one embedding row
-        per sequence, and the K/V of every context token."""
-        weight_params = self.num_body_params + self.num_table_params
+        """Bytes a decode step reads: the dense body and output projection once, each
+        (layer, expert) pair its tokens were routed to once, one embedding row per
+        sequence, and the K/V of every context token."""
+        expert_params = num_experts_touched * self.num_params_per_expert
+        weight_params = self.num_body_params + expert_params + self.num_table_params
         embedding_params = num_seqs * self.hidden_size
         kv_bytes = kv_context_tokens * kv_bytes_per_token
         return (weight_params + embedding_params) * dtype_bytes + kv_bytes

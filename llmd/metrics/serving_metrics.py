@@ -82,6 +82,7 @@ class ServingMetrics:
         self._decode_seconds = meter()
         self._prefill_flops = meter()
         self._prefill_seconds = meter()
+        self._experts_touched = meter()
         self.num_scheduled_seqs = 0
         """Sequences summed over all steps (divided by steps: the mean batch size)."""
         self.num_preemptions = 0
@@ -100,6 +101,7 @@ class ServingMetrics:
             for phase, seconds in _phase_seconds(stats, idle_gap_s).items():
                 self._phase_seconds[phase].add(seconds, now)
             self.num_preemptions += stats.num_preempted
+            self._experts_touched.add(stats.num_experts_touched, now)
             self.num_scheduled_seqs += stats.num_prefill_seqs + stats.num_decode_seqs
             if stats.num_prefill_tokens == 0 and stats.num_decode_tokens > 0:
                 step_bytes = self.cost.decode_step_bytes(
@@ -107,6 +109,7 @@ class ServingMetrics:
                     stats.num_decode_seqs,
                     stats.kv_context_tokens,
                     self.kv_bytes_per_token,
+                    stats.num_experts_touched,
                 )
                 self._decode_bytes.add(step_bytes, now)
                 self._decode_seconds.add(stats.forward_s, now)
@@ -186,6 +189,12 @@ class ServingMetrics:
                     peak_gb_per_s=self.peak_gb_per_s,
                     peak_tflop_per_s=self.peak_tflop_per_s,
                     peak_source=self.peak_source,
+                    experts_touched_per_step=(
+                        _ratio(self._experts_touched.total(now), num_steps)
+                        if self.cost.num_experts
+                        else None
+                    ),
+                    num_expert_slots=self.cost.num_moe_layers * self.cost.num_experts,
                 ),
                 totals=TotalsSection(
                     steps=int(self._steps.lifetime_total),

@@ -6,7 +6,7 @@ lands once; subclasses only say which flags (qkv bias, q/k norm) their checkpoin
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,11 @@ class DecoderLayer(nn.Module):
     """Pre-norm attention then pre-norm MLP, each with a residual connection."""
 
     def __init__(
-        self, hf_config: Any, attention_backend: AttentionBackend | None, variant: LayerVariant
+        self,
+        hf_config: Any,
+        attention_backend: AttentionBackend | None,
+        variant: LayerVariant,
+        mlp: nn.Module | None = None,
     ) -> None:
         super().__init__()
         eps = hf_config.rms_norm_eps
@@ -80,12 +84,7 @@ class DecoderLayer(nn.Module):
             o_bias=variant.o_bias,
             qk_norm_eps=eps if variant.use_qk_norm else None,
         )
-        self.mlp = GatedMLP(
-            hf_config.hidden_size,
-            hf_config.intermediate_size,
-            hf_config.hidden_act,
-            bias=bool(getattr(hf_config, "mlp_bias", False)),
-        )
+        self.mlp = mlp if mlp is not None else dense_mlp(hf_config)
         self.input_layernorm = RMSNorm(hf_config.hidden_size, eps)
         self.post_attention_layernorm = RMSNorm(hf_config.hidden_size, eps)
 
@@ -109,6 +108,20 @@ class DecoderLayer(nn.Module):
         return self.mlp(hidden), residual
 
 
+def dense_mlp(hf_config: Any) -> GatedMLP:
+    """The config's dense gated MLP (every layer of a dense model)."""
+    return GatedMLP(
+        hf_config.hidden_size,
+        hf_config.intermediate_size,
+        hf_config.hidden_act,
+        bias=bool(getattr(hf_config, "mlp_bias", False)),
+    )
+
+
+MlpFactory = Callable[[Any, int], nn.Module]
+"""(hf_config, layer index) -> the layer's MLP: how MoE models choose sparse layers."""
+
+
 class DecoderModel(nn.Module):
     """Embedding, the decoder stack, the final norm and the rope tables (HF's `model.` prefix).
 
@@ -117,13 +130,22 @@ class DecoderModel(nn.Module):
     """
 
     def __init__(
-        self, hf_config: Any, attention_backend: AttentionBackend | None, variant: LayerVariant
+        self,
+        hf_config: Any,
+        attention_backend: AttentionBackend | None,
+        variant: LayerVariant,
+        make_mlp: MlpFactory | None = None,
     ) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(hf_config.vocab_size, hf_config.hidden_size)
         self.layers = nn.ModuleList(
-            DecoderLayer(hf_config, attention_backend, variant)
-            for _ in range(hf_config.num_hidden_layers)
+            DecoderLayer(
+                hf_config,
+                attention_backend,
+                variant,
+                None if make_mlp is None else make_mlp(hf_config, layer_index),
+            )
+            for layer_index in range(hf_config.num_hidden_layers)
         )
         self.norm = RMSNorm(hf_config.hidden_size, hf_config.rms_norm_eps)
         self.rotary = RotaryEmbedding(
@@ -144,11 +166,15 @@ class LlamaForCausalLM(nn.Module):
         self.config = hf_config
         qkv_bias, o_bias = self.projection_biases(hf_config)
         variant = LayerVariant(qkv_bias, o_bias, self.use_qk_norm)
-        self.model = DecoderModel(hf_config, attention_backend, variant)
+        self.model = DecoderModel(hf_config, attention_backend, variant, self.mlp_factory())
         self.lm_head = nn.Linear(hf_config.hidden_size, hf_config.vocab_size, bias=False)
         self.is_tied = bool(getattr(hf_config, "tie_word_embeddings", False))
         if self.is_tied:
             self.tie_embeddings()
+
+    def mlp_factory(self) -> MlpFactory | None:
+        """How each layer's MLP is built; None: the dense MLP everywhere (MoE models override)."""
+        return None
 
     @classmethod
     def projection_biases(cls, hf_config: Any) -> tuple[bool, bool]:

@@ -57,6 +57,12 @@ class ModelShape:
     sliding_window: int | None = None
     tie_word_embeddings: bool = False
     """True when the output projection shares the input embedding table."""
+    num_experts: int = 0
+    """Routed experts per MoE layer (0: a dense model)."""
+    num_experts_per_token: int = 0
+    num_moe_layers: int = 0
+    num_params_per_expert: int = 0
+    """Parameters of one routed expert: what a step reads per (layer, expert) it touches."""
 
     @property
     def max_model_len(self) -> int:
@@ -113,6 +119,7 @@ def model_shape(hf_config: transformers.PretrainedConfig) -> ModelShape:
     with torch.device("meta"):
         model = model_class_for(hf_config)(hf_config, None)
     num_params = sum(param.numel() for param in model.parameters())
+    spec = model.moe_spec(hf_config) if hasattr(model, "moe_spec") else None
     return ModelShape(
         num_layers=hf_config.num_hidden_layers,
         num_heads=hf_config.num_attention_heads,
@@ -125,6 +132,12 @@ def model_shape(hf_config: transformers.PretrainedConfig) -> ModelShape:
         num_params=num_params,
         sliding_window=_effective_sliding_window(hf_config),
         tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
+        num_experts=0 if spec is None else spec.num_experts,
+        num_experts_per_token=0 if spec is None else spec.num_experts_per_token,
+        num_moe_layers=0 if spec is None else spec.num_moe_layers,
+        num_params_per_expert=0
+        if spec is None
+        else spec.num_params_per_expert(hf_config.hidden_size),
     )
 
 

@@ -10,14 +10,20 @@ from typing import Any
 
 from llmd.errors import UnsupportedModelError
 from llmd.models.llama import LlamaForCausalLM, MistralForCausalLM
+from llmd.models.mixtral import MixtralForCausalLM
 from llmd.models.qwen2 import Qwen2ForCausalLM
+from llmd.models.qwen2_moe import Qwen2MoeForCausalLM
 from llmd.models.qwen3 import Qwen3ForCausalLM
+from llmd.models.qwen3_moe import Qwen3MoeForCausalLM
 
 SUPPORTED_ARCHITECTURES: dict[str, type] = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": MistralForCausalLM,
     "Qwen2ForCausalLM": Qwen2ForCausalLM,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
+    "Qwen3MoeForCausalLM": Qwen3MoeForCausalLM,
+    "MixtralForCausalLM": MixtralForCausalLM,
+    "Qwen2MoeForCausalLM": Qwen2MoeForCausalLM,
 }
 
 _MODEL_TYPES: dict[str, str] = {
@@ -25,6 +31,9 @@ _MODEL_TYPES: dict[str, str] = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
 }
 """Fallback for configs saved without `architectures` (e.g. built by hand)."""
 

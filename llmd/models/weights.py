@@ -6,6 +6,8 @@ one onto parameters; this class owns that mapping and refuses silent partial loa
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 
@@ -31,6 +33,10 @@ KV_SCALE_SUFFIXES = {
 }
 """An fp8 KV checkpoint's per-layer scales (compressed-tensors' names, and llm-compressor's
 older output_scale ones) -> (attention module, attribute): the cache holds K / k_scale."""
+
+EXPERT_WEIGHT = re.compile(r"^(.+\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+"""One routed expert's projection in a checkpoint (`...mlp.experts.7.up_proj.weight`): a
+slice of the MoE layer's stacked `experts.gate_up_proj` [E, 2I, H] or `experts.down_proj`."""
 
 _MAX_NAMES_SHOWN = 8
 
@@ -62,6 +68,9 @@ class WeightLoader:
             return
         if self._load_kv_scale(name, tensor):
             return
+        expert = EXPERT_WEIGHT.match(name)
+        if expert is not None and self._load_expert(name, tensor, expert):
+            return
         param_name, shard_id = self._resolve(name)
         param = self.params.get(param_name)
         if param is None:
@@ -85,7 +94,41 @@ class WeightLoader:
         with torch.no_grad():
             target.copy_(tensor)
         self.loaded_names.add(name)
-        self._loaded_shards.setdefault(param_name, set()).add(shard_id or 0)
+        shards = self._expected_shards(param_name) if shard_id is None else {shard_id}
+        self._loaded_shards.setdefault(param_name, set()).update(shards)
+
+    def _load_expert(self, name: str, tensor: torch.Tensor, match: re.Match[str]) -> bool:
+        """Copy one expert's projection into its slice of the stacked expert weights;
+        whether `name` was one (a dense `experts.N` module of another model is not)."""
+        experts, expert_id, projection = match[1], int(match[2]), match[3]
+        param_name = f"{experts}.{'down_proj' if projection == 'down_proj' else 'gate_up_proj'}"
+        param = self.params.get(param_name)
+        if param is None or param.dim() != 3:
+            return False
+        if expert_id >= param.shape[0]:
+            raise UnsupportedModelError(
+                f"checkpoint weight {name!r} names expert {expert_id}, but the config has "
+                f"{param.shape[0]} experts",
+                "model",
+            )
+        target = param.data[expert_id]
+        shard_id = expert_id
+        if projection != "down_proj":
+            is_up = projection == "up_proj"
+            half = target.shape[0] // 2
+            target = target.narrow(0, half if is_up else 0, half)
+            shard_id = 2 * expert_id + int(is_up)
+        if tuple(tensor.shape) != tuple(target.shape):
+            raise UnsupportedModelError(
+                f"checkpoint weight {name!r} has shape {tuple(tensor.shape)}, "
+                f"expected {tuple(target.shape)} from the config",
+                "model",
+            )
+        with torch.no_grad():
+            target.copy_(tensor)
+        self.loaded_names.add(name)
+        self._loaded_shards.setdefault(param_name, set()).add(shard_id)
+        return True
 
     def _load_kv_scale(self, name: str, tensor: torch.Tensor) -> bool:
         """Set a layer's KV-cache scale from `name` if it is one; whether it was."""
@@ -128,6 +171,10 @@ class WeightLoader:
         return name, None
 
     def _expected_shards(self, param_name: str) -> set[int]:
+        if param_name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            num_experts = self.params[param_name].shape[0]
+            is_gate_up = param_name.endswith("gate_up_proj")
+            return set(range(2 * num_experts if is_gate_up else num_experts))
         fused_name = param_name.split(".")[-2] if "." in param_name else ""
         if fused_name == "qkv_proj":
             return {0, 1, 2}

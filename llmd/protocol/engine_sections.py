@@ -45,6 +45,12 @@ class EngineFacts(WireData):
     kv_cache_dtype: str = field(default="", kw_only=True)
     """The KV cache's element type (float32, bfloat16, float8_e4m3fn); "" from a daemon
     that predates the field, whose cache held the model's dtype."""
+    num_experts: int = field(default=0, kw_only=True)
+    """Routed experts per MoE layer; 0 for a dense model (and from older daemons)."""
+    num_experts_per_token: int = field(default=0, kw_only=True)
+    num_moe_layers: int = field(default=0, kw_only=True)
+    num_params_per_expert: int = field(default=0, kw_only=True)
+    """Parameters of one routed expert (gate, up, down)."""
 
     @property
     def kv_dtype(self) -> str:

@@ -94,6 +94,11 @@ class HardwareSection(WireData):
     peak_tflop_per_s: float | None = None
     peak_source: str = "unknown"
     """Where the peaks come from: published, measured or unknown."""
+    experts_touched_per_step: float | None = None
+    """MoE models: (layer, expert) pairs the tokens of a step were routed to, per step in
+    the window; the decode bytes count only these experts' weights (None when dense)."""
+    num_expert_slots: int = 0
+    """MoE layers x routed experts: what `experts_touched_per_step` is out of (0: dense)."""
 
 
 @dataclass(frozen=True)

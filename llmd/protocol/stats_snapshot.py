@@ -26,6 +26,7 @@ from llmd.protocol.grammar_section import GrammarSection
 from llmd.protocol.metrics_sections import (
     MetricsSections,
 )
+from llmd.protocol.moe_section import MoeSection
 from llmd.protocol.wire_data import DataT, WireData
 
 SNAPSHOT_VERSION = 2
@@ -102,6 +103,9 @@ class StatsSnapshot(MetricsSections):
     """The most recently finished requests, newest first."""
     timeline: RequestTimeline | None = None
     block_map: BlockMap | None = None
+    moe: MoeSection | None = None
+    """An MoE model's routing load per (layer, expert); None for a dense model (and from
+    daemons that predate it)."""
     snapshot_version: int = SNAPSHOT_VERSION
 
     @classmethod

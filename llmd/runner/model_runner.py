@@ -19,7 +19,9 @@ from llmd.attention.factory import create_attention_backend
 from llmd.config import EngineConfig
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.layers.kernel_config import KernelConfig, configure_kernels
+from llmd.layers.packed_experts import pack_expert_weights
 from llmd.layers.packed_linear import pack_linear_layers, warm_up_packed_linears
+from llmd.layers.routing_stats import RoutingStats
 from llmd.models.loader import ModelShape, load_model
 from llmd.runner.cuda_graphs import (
     DecodeGraphRunner,
@@ -63,6 +65,8 @@ def has_kv_scales(model: torch.nn.Module) -> bool:
     """Whether the checkpoint gave every attention layer its fp8 KV scales."""
     flags = [module.has_kv_scales for module in model.modules() if hasattr(module, "has_kv_scales")]
     return bool(flags) and all(flags)
+
+
 MIB = 1024**2
 
 
@@ -106,11 +110,14 @@ class ModelRunner:
                 "fp8 KV cache with k/v scales of 1.0 (the checkpoint gives none): keys and "
                 "values beyond +-448 saturate"
             )
+        self.routing_stats: RoutingStats | None = getattr(self.model, "routing_stats", None)
+        """An MoE model's expert load and per-step touched experts; None for a dense one."""
         self.kernel_config = KernelConfig.for_backend(self.backend, self.device)
         configure_kernels(self.model, self.kernel_config)
         self.num_packed_linears = 0
         if self.device.type == "cpu" and config.prepack_weights:
             self.num_packed_linears = pack_linear_layers(self.model)
+            pack_expert_weights(self.model)  # MoE experts: before the warm-up finds them
             warm_up_packed_linears(self.model)  # oneDNN's caches fill now, not while serving
         self.block_size = config.block_size
         self.bytes_per_block = kv_bytes_per_block(
@@ -152,6 +159,8 @@ class ModelRunner:
     def _decide_graph_batch_sizes(self) -> list[int]:
         """Decode batch sizes to capture; empty (with the reason logged) when graphs are off."""
         reason = graphs_disabled_reason(self.device, self.backend, self.config.enforce_eager)
+        if reason is None and not getattr(self.model, "can_capture_cuda_graphs", True):
+            reason = f"{type(self.model).__name__} groups tokens by expert on the host"
         if reason is None:
             return graph_batch_sizes(self.config.max_num_seqs, self.max_num_batched_tokens)
         if self.device.type == "cuda":
@@ -312,6 +321,8 @@ class ModelRunner:
                     plan.grammar_bitmask, row_of, self.device
                 )
             prepared = time.perf_counter()
+            if self.routing_stats is not None:
+                self.routing_stats.take_step_touched()  # drop what a forward outside launch left
             if events is not None:
                 # Recorded after the host's preparation, not before: a device that waited
                 # for it was idle, and must count so with sync and async scheduling alike.
@@ -340,12 +351,15 @@ class ModelRunner:
             self._pending_tokens = None
             raise
         request_ids = [chunk.request_id for chunk in sampling_chunks]
+        num_experts_touched: int | torch.Tensor = 0
+        if self.routing_stats is not None:
+            num_experts_touched = self.routing_stats.take_step_touched()
         self._pending_tokens = PendingTokens(
             sample.token_ids, {request_id: i for i, request_id in enumerate(request_ids)}
         )
         pending = PendingStep.start(
             request_ids, sampling_batch, sample, prepared - start, time.perf_counter() - prepared,
-            events, prompt_logprobs,
+            events, prompt_logprobs, num_experts_touched,
         )  # fmt: skip
         if events is not None:
             self._last_done_event = events.done

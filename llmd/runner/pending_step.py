@@ -37,6 +37,8 @@ class RunnerOutput:
     sample_s: float = 0.0
     device_busy_s: float | None = None
     device_gap_s: float | None = None
+    num_experts_touched: int = 0
+    """(MoE layer, expert) pairs the step's tokens were routed to; 0 for a dense model."""
 
 
 @dataclass
@@ -63,6 +65,8 @@ class PendingStep:
     launch_s: float
     events: StepEvents | None
     prompt_logprobs: PromptLogprobs | None = None
+    num_experts_touched: int | torch.Tensor = 0
+    """An MoE step's touched (layer, expert) pairs: an int, or a host copy on its way."""
 
     @classmethod
     def start(
@@ -74,6 +78,7 @@ class PendingStep:
         launch_s: float,
         events: StepEvents | None,
         prompt_logprobs: PromptLogprobs | None = None,
+        num_experts_touched: int | torch.Tensor = 0,
     ) -> PendingStep:
         """Queue the copy of `sample` to pinned host memory and mark the step's end.
 
@@ -87,10 +92,13 @@ class PendingStep:
             )
             if prompt_logprobs is not None:
                 prompt_logprobs.copy_to_host()
+            if isinstance(num_experts_touched, torch.Tensor):
+                num_experts_touched = _to_pinned_host(num_experts_touched)
             events.done.record()
         return cls(
-            request_ids, batch, sample, host_sample, prepare_s, launch_s, events, prompt_logprobs
-        )
+            request_ids, batch, sample, host_sample, prepare_s, launch_s, events, prompt_logprobs,
+            num_experts_touched,
+        )  # fmt: skip
 
     def resolve(self) -> RunnerOutput:
         """Wait for this step's samples (and only them), then return them by request id."""
@@ -111,6 +119,7 @@ class PendingStep:
             prepare_s=self.prepare_s,
             forward_s=self.launch_s + (read_from - waited_from),
             sample_s=read_until - read_from,
+            num_experts_touched=int(self.num_experts_touched),
         )
         if self.prompt_logprobs is not None:
             output.prompt_logprobs = self.prompt_logprobs.read()

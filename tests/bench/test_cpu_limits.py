@@ -53,3 +53,24 @@ def test_gemm_rate_is_the_faster_of_torch_and_packed_over_every_layer(tiny_model
     assert rates["linear_flops"] == 2 * 4 * sum(n * k for n, k in shapes)
     candidates = [r for r in (rates["torch_gflops"], rates["packed_gflops"]) if r is not None]
     assert rates["gemm_gflops"] == max(candidates)
+
+
+def test_an_moe_model_counts_each_tokens_top_k_experts_only(tmp_path):
+    """Tiny Qwen3-MoE (3 layers, layer 1 dense; 8 experts of width 32, top-2; hidden 64,
+    4 heads and 2 KV heads of 32): per sparse layer the router (8 x 64) and two experts'
+    gate/up (64 x 64) and down (64 x 32), never all eight."""
+    from llmd.config import EngineConfig
+    from llmd.llm_engine import LLMEngine
+    from tests.tiny_model import make_tiny_model
+
+    path = make_tiny_model(tmp_path, "qwen3_moe")
+    engine = LLMEngine(EngineConfig(model=str(path), device="cpu", num_blocks=16))
+    shapes = cpu_limits._linear_shapes(engine.runner.model)
+    expert_shapes = [(64, 64), (64, 32)] * 2  # top-2 experts: gate|up [2 x 32, 64], down
+    attention = [(4 * 32 + 2 * 2 * 32, 64), (64, 4 * 32)]  # qkv, o (head_dim 32)
+    dense_mlp = [(2 * 128, 64), (64, 128)]
+    sparse_layer = sorted([*expert_shapes, (8, 64), *attention])
+    vocab = engine.runner.shape.vocab_size
+    assert sorted(shapes) == sorted(
+        [*sparse_layer, *sparse_layer, *attention, *dense_mlp, (vocab, 64)]
+    )

@@ -36,6 +36,31 @@ def test_status_report_and_text():
     )
 
 
+def test_status_of_an_moe_model_shows_its_experts_and_a_dense_one_does_not():
+    import dataclasses
+
+    from llmd.protocol.moe_section import MoeSection
+
+    moe = dataclasses.replace(
+        sample_snapshot(daemon=daemon_section(num_experts=8, num_experts_per_token=2,
+                                              num_moe_layers=2)),
+        moe=MoeSection(((3, 1, 0, 0, 0, 0, 0, 0), (1, 1, 1, 1, 0, 0, 0, 0))),
+    )  # fmt: skip
+    moe = dataclasses.replace(
+        moe, hardware=dataclasses.replace(moe.hardware, experts_touched_per_step=5.5)
+    )
+    report = status_report(moe)
+    # Layer 0: busiest 3 tokens against a mean of 4 / 8 = 0.5: 6x; layer 1: 2x.
+    assert report["moe"]["max_imbalance"] == pytest.approx(6.0)
+    assert (
+        "experts   top-2 of 8 in 2 MoE layers; 5.5 (layer, expert) pairs touched per step; "
+        "busiest expert 6.00x the mean"
+    ) in format_status(report)
+    assert "moe" not in status_report(SNAPSHOT) and "experts" not in format_status(
+        status_report(SNAPSHOT)
+    )
+
+
 def test_status_of_a_dead_engine_has_no_engine_numbers():
     snapshot = sample_snapshot(daemon=daemon_section(state="dead", error="boom"))
     text = format_status(status_report(snapshot))

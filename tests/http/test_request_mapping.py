@@ -101,6 +101,18 @@ def test_metrics_render_the_queue_and_kv_of_a_live_engine():
     assert 'llmd:prefix_cache_hits_total{model_name="m"} 25.0' in text
 
 
+def test_metrics_render_moe_gauges_for_an_moe_model_only():
+    from llmd.protocol.metrics_sections import HardwareSection
+    from llmd.protocol.moe_section import MoeSection
+
+    hardware = HardwareSection(experts_touched_per_step=2.5, num_expert_slots=8)
+    moe = MoeSection(((2, 0, 0, 2),))  # busiest 2 tokens against a mean of 1
+    text = render(stats_snapshot(hardware=hardware, moe=moe)).decode()
+    assert 'llmd:moe_experts_touched_per_step{model_name="m"} 2.5' in text
+    assert 'llmd:moe_expert_load_imbalance{model_name="m"} 2.0' in text
+    assert "moe_" not in render(stats_snapshot()).decode()
+
+
 def test_metrics_render_the_histograms_as_cumulative_buckets():
     histogram = HistogramData(bounds=(0.1, 1.0), counts=(2, 3, 1), sum=4.5, count=6)
     text = render(stats_snapshot(histograms={"ttft": histogram})).decode()

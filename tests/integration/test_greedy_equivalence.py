@@ -20,7 +20,7 @@ import torch
 from llmd import LLM, SamplingParams
 from tests.tiny_model import make_tiny_model
 
-ARCHS = ["llama", "mistral", "qwen2", "qwen3"]
+ARCHS = ["llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "qwen2_moe"]
 BACKENDS = ["cpu", "torch"]
 PROMPT_LENGTHS = [1, 5, 17, 40, 63]
 MAX_TOKENS = 10
@@ -196,7 +196,7 @@ def _check_against_hf(path, hf_dtype: torch.dtype, seed: int, **llm_kwargs) -> L
     return llm
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "qwen3_moe", "mixtral"])
 def test_bfloat16_matches_hf_bfloat16(arch, backend, tmp_path):
     path = make_tiny_model(tmp_path, arch)
     _check_against_hf(path, torch.bfloat16, 2, dtype="bfloat16", attention_backend=backend)

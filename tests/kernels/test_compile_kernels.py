@@ -70,3 +70,19 @@ def test_fp32_decode_at_head_dim_64_does_not_spill_on_ada_and_ampere_consumer(tm
     ) in kernels
     problems = [row for row in rows if row["problems"]]
     assert not problems, [(r["arch"], r["kernel"], r["problems"]) for r in problems]
+
+
+def test_the_grouped_gemm_fits_every_arch_in_fp32_and_bf16(tmp_path):
+    """The MoE experts' kernel: fp32's 3xTF32 products spilled at 64 x 128 tiles, so fp32
+    has its own (smaller) configuration; both dtypes must compile clean everywhere."""
+    pytest.importorskip("triton")
+    rows = _compile(
+        tmp_path, "--arch", *ARCHS, "--dtype", "bfloat16", "float32", "--head-dim", "64",
+        "--case", "grouped_gemm",
+    )  # fmt: skip
+    assert {(row["arch"], row["dtype"]) for row in rows} == {
+        (arch, dtype)
+        for arch in launch_configs.SUPPORTED_ARCHS
+        for dtype in ("bfloat16", "float32")
+    }
+    assert not [row for row in rows if row["problems"]]

@@ -139,3 +139,24 @@ def test_tiny_model_with_triton_layer_kernels_matches_torch(device, tmp_path, ar
     assert layer.self_attn._triton_rotary is not None
     for got, want in zip(_prefill_then_decode(model, shape, device), expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+@pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral", "qwen2_moe"])
+def test_tiny_moe_model_with_triton_grouped_experts_matches_torch(device, tmp_path, arch):
+    """The experts switch to the grouped GEMMs (every MoE layer), the rest as above."""
+    from llmd.layers.fused_moe import FusedMoE
+
+    path = make_tiny_checkpoint(arch, tmp_path / arch)
+    hf_config = load_hf_config(path)
+    shape = model_shape(hf_config)
+    model = load_model(
+        path, hf_config, TorchAttentionBackend(), torch.float32, torch.device(device)
+    )
+    expected = _prefill_then_decode(model, shape, device)
+    configure_kernels(model, TRITON_KERNELS)
+    experts = [module for module in model.modules() if isinstance(module, FusedMoE)]
+    assert len(experts) == shape.num_moe_layers > 0
+    assert all(module.kernel_config.use_triton for module in experts)
+    for got, want in zip(_prefill_then_decode(model, shape, device), expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)

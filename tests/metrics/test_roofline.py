@@ -42,3 +42,24 @@ def test_host_peaks_are_measured_positive_numbers():
     peaks = measure_host_peaks("float32", budget_s=0.05)
     assert peaks.source == "measured"
     assert peaks.gb_per_s > 0 and peaks.tflop_per_s > 0
+
+
+def test_moe_costs_count_active_experts_only():
+    """2 MoE layers x 8 experts of 300 params, top-2; 1,000 dense body params; untied
+    tables of 1000 x 64. Worked by hand: routed 2 x 8 x 300 = 4,800; a token's active body
+    1,000 + 2 x 2 x 300 = 2,200."""
+    num_params = 1000 + 4800 + 2 * TABLE
+    cost = ModelCost(
+        num_params=num_params, vocab_size=1000, hidden_size=64,
+        num_experts=8, num_experts_per_token=2, num_moe_layers=2, num_params_per_expert=300,
+    )  # fmt: skip
+    assert cost.num_routed_params == 4800
+    assert cost.num_body_params == 1000
+    assert cost.num_active_params_per_token == 2200
+    assert cost.step_flops(num_tokens=10, num_sampled_rows=3) == 2 * (2200 * 10 + TABLE * 3)
+    # A decode step that touched 5 (layer, expert) pairs reads 5 experts, not 16.
+    got = cost.decode_step_bytes(2, num_seqs=3, kv_context_tokens=7, kv_bytes_per_token=10,
+                                 num_experts_touched=5)  # fmt: skip
+    assert got == (1000 + 5 * 300 + TABLE + 3 * 64) * 2 + 7 * 10
+    dense = ModelCost(num_params=1000 + 2 * TABLE, vocab_size=1000, hidden_size=64)
+    assert dense.num_active_params_per_token == dense.num_body_params == 1000

@@ -92,6 +92,29 @@ def test_steps_give_throughput_split_and_hardware_estimates():
     assert step.prefill_time_share == pytest.approx(0.01 / 0.014)
 
 
+def test_moe_decode_bytes_count_the_touched_experts_and_the_mean_is_per_step():
+    clock = FakeClock()
+    # 600 body = 200 dense + 2 layers x 4 experts x 50; tables of 20 x 10.
+    cost = ModelCost(
+        num_params=1000, vocab_size=20, hidden_size=10, num_experts=4,
+        num_experts_per_token=1, num_moe_layers=2, num_params_per_expert=50,
+    )  # fmt: skip
+    metrics = ServingMetrics(window_s=10, cost=cost, dtype_bytes=4, kv_bytes_per_token=100,
+                             clock=clock)  # fmt: skip
+    clock.now += 10
+    metrics.record_step(_step(0, 2, 0.002, kv_context_tokens=10, num_experts_touched=3), 2, 0.0)
+    metrics.record_step(_step(0, 2, 0.002, kv_context_tokens=10, num_experts_touched=1), 2, 0.0)
+    hardware = metrics.snapshot().hardware
+    # Each step: 200 dense + touched x 50 + 200 output projection + 2 embedding rows.
+    decode_bytes = ((200 + 150 + 200 + 20) + (200 + 50 + 200 + 20)) * 4 + 2 * 10 * 100
+    assert hardware.decode_gb_per_s == pytest.approx(decode_bytes / 0.004 / 1e9)
+    assert hardware.experts_touched_per_step == pytest.approx(2.0)
+    assert hardware.num_expert_slots == 8
+    dense = ServingMetrics(window_s=10, clock=clock)
+    dense.record_step(_step(0, 2, 0.002), 2, 0.0)
+    assert dense.snapshot().hardware.experts_touched_per_step is None
+
+
 def test_requests_feed_latency_and_goodput_only_when_completed():
     clock = FakeClock()
     metrics = ServingMetrics(window_s=10, slo_ttft_s=0.1, clock=clock)
@@ -149,6 +172,8 @@ def test_empty_snapshot_has_no_division_by_zero():
         "peak_gb_per_s": None,
         "peak_tflop_per_s": None,
         "peak_source": "unknown",
+        "experts_touched_per_step": None,
+        "num_expert_slots": 0,
     }
     assert snapshot.step.prefill_time_share is None
 

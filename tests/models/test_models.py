@@ -32,6 +32,10 @@ CASES = {
     "mistral": ("mistral", {}),
     "qwen2": ("qwen2", {}),
     "qwen3": ("qwen3", {}),
+    "qwen3_moe": ("qwen3_moe", {}),
+    "qwen3_moe-no-renormalize": ("qwen3_moe", {"norm_topk_prob": False, "mlp_only_layers": []}),
+    "mixtral": ("mixtral", {}),
+    "qwen2_moe": ("qwen2_moe", {}),
     "llama-tied": ("llama", {"tie_word_embeddings": True}),
     "qwen3-tied": ("qwen3", {"tie_word_embeddings": True}),
     "llama-llama3-rope": ("llama", {"rope_scaling": LLAMA3_SCALING, "rope_theta": 500000.0}),
@@ -148,3 +152,31 @@ def test_tied_model_shares_embedding_and_qwen_flags(tmp_path):
     attention = model.model.layers[0].self_attn
     assert attention.has_qk_norm and attention.head_dim == 32
     assert attention.qkv_proj.out_features == (4 + 2 * 2) * 32
+
+
+def test_moe_checkpoint_problems_name_the_weight(tmp_path):
+    """A missing expert slice, an expert the config does not have and a mis-shaped expert
+    tensor are typed errors naming the weight, never a silent partial load."""
+    from safetensors.torch import load_file, save_file
+
+    from llmd.errors import UnsupportedModelError
+
+    path = make_tiny_checkpoint("qwen3_moe", tmp_path / "moe")
+    tensors = load_file(path / "model.safetensors")
+    backend, cpu = TorchAttentionBackend(), torch.device("cpu")
+
+    def load_with(changed: dict[str, torch.Tensor], dropped: str | None = None) -> str:
+        edited = {**tensors, **changed}
+        if dropped is not None:
+            del edited[dropped]
+        save_file(edited, path / "model.safetensors")
+        with pytest.raises(UnsupportedModelError) as error:
+            load_model(path, load_hf_config(path), backend, torch.float32, cpu)
+        return str(error.value)
+
+    up = "model.layers.2.mlp.experts.5.up_proj.weight"
+    assert "model.layers.2.mlp.experts.gate_up_proj" in load_with({}, dropped=up)
+    extra = "model.layers.0.mlp.experts.8.down_proj.weight"
+    down = tensors["model.layers.0.mlp.experts.0.down_proj.weight"].clone()
+    assert "names expert 8, but the config has 8 experts" in load_with({extra: down})
+    assert "has shape (32, 63)" in load_with({up: tensors[up][:, :63].clone()})

@@ -225,6 +225,24 @@ def test_the_best_rates_seen_are_the_yardstick_without_a_peak():
     assert efficiency.best_decode_gb_per_s == 0.4 and efficiency.decode_gb_per_s == 0.2
 
 
+def test_an_moe_daemon_shows_its_touched_experts_and_a_dense_one_does_not():
+    from llmd.tui.top.panels.efficiency import experts_line
+
+    model = TopModel(clock=lambda: 0.0)
+    wire = busy_wire(0)
+    wire["hardware"]["experts_touched_per_step"] = 12.5
+    wire["hardware"]["num_expert_slots"] = 50
+    model.apply(typed(wire))
+    efficiency = model.view().efficiency
+    assert (efficiency.experts_touched_per_step, efficiency.num_expert_slots) == (12.5, 50)
+    assert experts_line(efficiency, 9).plain == (
+        "experts  12.5 of 50 (25%) (layer, expert) pairs touched per step"
+    )
+    dense = TopModel(clock=lambda: 0.0)
+    dense.apply(busy_snapshot(1))
+    assert dense.view().efficiency.num_expert_slots == 0
+
+
 def test_the_request_table_is_read_once_per_snapshot_and_sort(monkeypatch):
     import llmd.tui.top.model as model_module
 

@@ -93,6 +93,8 @@ def read_efficiency(snapshot: StatsSnapshot) -> EfficiencyView:
         prefill_tflop_per_s=hardware.prefill_tflop_per_s,
         peak_tflop_per_s=hardware.peak_tflop_per_s,
         peak_source=hardware.peak_source,
+        experts_touched_per_step=hardware.experts_touched_per_step,
+        num_expert_slots=hardware.num_expert_slots,
     )
 
 

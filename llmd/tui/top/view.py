@@ -128,6 +128,10 @@ class EfficiencyView:
     best_decode_gb_per_s: float | None = None
     """The highest decode bandwidth seen since top started: the yardstick without a peak."""
     best_prefill_tflop_per_s: float | None = None
+    experts_touched_per_step: float | None = None
+    """MoE models: (layer, expert) pairs a step touched; None for a dense model."""
+    num_expert_slots: int = 0
+    """MoE layers x routed experts."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from rich.text import Text
 
 from llmd.tui.formatting import bar, fmt_number, fmt_percent
 from llmd.tui.top.panels.base import Panel, join_lines, wrapped
-from llmd.tui.top.view import TopView
+from llmd.tui.top.view import EfficiencyView, TopView
 
 
 def against_peak(
@@ -31,6 +31,17 @@ def against_peak(
     text.append(f", {fmt_percent(share)} of {kind}{fmt_number(peak)} ")
     style = "green" if share >= 0.5 else "yellow" if share >= 0.2 else "red"
     text.append(bar((min(1.0, share),), "█", max(0, width - len(text.plain)), "░"), style=style)
+    return text
+
+
+def experts_line(efficiency: EfficiencyView, label_width: int) -> Text:
+    """'experts  12.5 of 64 (20%) touched per step' for an MoE model."""
+    text = Text("experts".ljust(label_width), style="dim")
+    touched = efficiency.experts_touched_per_step
+    text.append(f"{fmt_number(touched)} of {efficiency.num_expert_slots}", style="bold")
+    if touched is not None:
+        text.append(f" ({fmt_percent(touched / efficiency.num_expert_slots)})")
+    text.append(" (layer, expert) pairs touched per step", style="dim")
     return text
 
 
@@ -71,5 +82,12 @@ class EfficiencyPanel(Panel):
             )
         )
         note = Text("decode: weight+KV bytes/s · prefill: 2·params·tok/s", style="dim")
-        lines = wrapped([busy, decode, prefill, note], width, self.app.console)
+        parts = [busy, decode, prefill]
+        if efficiency.num_expert_slots:
+            parts.append(experts_line(efficiency, label_width))
+            note = Text(
+                "decode: dense+touched experts'+KV bytes/s · prefill: 2·active params·tok/s",
+                style="dim",
+            )
+        lines = wrapped([*parts, note], width, self.app.console)
         return join_lines(lines, height)
