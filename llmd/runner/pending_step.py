@@ -30,6 +30,11 @@ class RunnerOutput:
 
     sampled_token_ids: dict[str, int]
     logprobs: dict[str, TokenLogprob] = field(default_factory=dict)
+    verified_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    """Per verify chunk (speculative decoding): the sample at each of its positions, the
+    last being its entry in `sampled_token_ids`."""
+    verified_logprobs: dict[str, list[TokenLogprob]] = field(default_factory=dict)
+    """The logprobs of those samples, for verify chunks whose request asked for them."""
     prompt_logprobs: dict[str, tuple[int, list[TokenLogprob]]] = field(default_factory=dict)
     """Per request that asked: its first position this step and one entry per position."""
     prepare_s: float = 0.0
@@ -63,6 +68,8 @@ class PendingStep:
     launch_s: float
     events: StepEvents | None
     prompt_logprobs: PromptLogprobs | None = None
+    draft_request_ids: list[str] = field(default_factory=list)
+    """The request of each row after the sampled ones: a verify chunk's draft positions."""
 
     @classmethod
     def start(
@@ -74,6 +81,7 @@ class PendingStep:
         launch_s: float,
         events: StepEvents | None,
         prompt_logprobs: PromptLogprobs | None = None,
+        draft_request_ids: list[str] | None = None,
     ) -> PendingStep:
         """Queue the copy of `sample` to pinned host memory and mark the step's end.
 
@@ -89,8 +97,9 @@ class PendingStep:
                 prompt_logprobs.copy_to_host()
             events.done.record()
         return cls(
-            request_ids, batch, sample, host_sample, prepare_s, launch_s, events, prompt_logprobs
-        )
+            request_ids, batch, sample, host_sample, prepare_s, launch_s, events, prompt_logprobs,
+            draft_request_ids or [],
+        )  # fmt: skip
 
     def resolve(self) -> RunnerOutput:
         """Wait for this step's samples (and only them), then return them by request id."""
@@ -112,6 +121,8 @@ class PendingStep:
             forward_s=self.launch_s + (read_from - waited_from),
             sample_s=read_until - read_from,
         )
+        if self.draft_request_ids:
+            self._add_verified(output, result)
         if self.prompt_logprobs is not None:
             output.prompt_logprobs = self.prompt_logprobs.read()
         if self.events is not None:
@@ -120,6 +131,25 @@ class PendingStep:
             if events.previous_done is not None:
                 output.device_gap_s = events.previous_done.elapsed_time(events.started) / 1000
         return output
+
+    def _add_verified(self, output: RunnerOutput, result: SamplerOutput) -> None:
+        """Group the draft positions' samples (rows after the sampled ones) by request,
+        each list ending with the request's sampled row (its last position)."""
+        num_sampled = len(self.request_ids)
+        verified = output.verified_token_ids
+        verified_logprobs = output.verified_logprobs
+        for request_id, token_id, logprob in zip(
+            self.draft_request_ids,
+            result.token_ids[num_sampled:],
+            result.logprobs[num_sampled:],
+        ):
+            verified.setdefault(request_id, []).append(token_id)
+            if logprob is not None:
+                verified_logprobs.setdefault(request_id, []).append(logprob)
+        for request_id, token_ids in verified.items():
+            token_ids.append(output.sampled_token_ids[request_id])
+            if request_id in verified_logprobs:
+                verified_logprobs[request_id].append(output.logprobs[request_id])
 
 
 def _to_pinned_host(tensor: torch.Tensor) -> torch.Tensor:
