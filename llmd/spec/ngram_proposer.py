@@ -21,10 +21,11 @@ class NgramProposer:
         self.max_n = max_n
 
     def propose(self, token_ids: Sequence[int], max_num_tokens: int) -> list[int]:
-        """The tokens after the latest earlier occurrence of the longest matching suffix.
+        """The tokens after an earlier occurrence of the longest matching suffix.
 
-        A match must be followed by at least one token; none found (or no room): [].
-        Vectorized over positions: one numpy comparison per suffix length tried.
+        Of its occurrences, the latest one followed by `max_num_tokens` tokens, else the
+        earliest (the most tokens follow it); none found (or no room): []. Vectorized over
+        positions: one numpy comparison per suffix length tried.
         """
         num_tokens = len(token_ids)
         if max_num_tokens <= 0 or num_tokens <= self.min_n:
@@ -36,6 +37,7 @@ class NgramProposer:
             windows = sliding_window_view(tokens[: num_tokens - 1], n)  # [num_tokens - n, n]
             starts = np.flatnonzero((windows == suffix).all(axis=1))
             if starts.size:
-                first = int(starts[-1]) + n
+                whole = starts[starts <= num_tokens - n - max_num_tokens]
+                first = int(whole[-1] if whole.size else starts[0]) + n
                 return tokens[first : first + max_num_tokens].tolist()
         return []
