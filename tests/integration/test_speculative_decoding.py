@@ -15,6 +15,7 @@ import itertools
 import pytest
 
 from llmd import LLM, SamplingParams
+from tests.oracle_proposer import OracleProposer
 from tests.tiny_model import make_tiny_model
 
 MAX_TOKENS = 24
@@ -51,28 +52,6 @@ def make_llm(path, speculate: bool, **kwargs) -> LLM:
 
 def token_ids(llm: LLM, prompts, params=GREEDY) -> list[list[int]]:
     return [output.token_ids for output in llm.generate(prompts, params)]
-
-
-class OracleProposer:
-    """Drafts the known continuation of each prompt, corrupting every `period`-th token."""
-
-    def __init__(self, prompts, continuations, period: int = 0) -> None:
-        self.cases = [(list(p), list(c)) for p, c in zip(prompts, continuations, strict=True)]
-        self.period = period
-
-    def propose(self, token_ids, max_num_tokens):
-        token_ids = list(token_ids)
-        for prompt, continuation in self.cases:
-            num_done = len(token_ids) - len(prompt)
-            if num_done >= 0 and token_ids == prompt + continuation[:num_done]:
-                draft = continuation[num_done : num_done + max_num_tokens]
-                if self.period:
-                    draft = [
-                        token + 1 if (num_done + j) % self.period == self.period - 1 else token
-                        for j, token in enumerate(draft)
-                    ]
-                return draft
-        return []
 
 
 @pytest.fixture(scope="module")
