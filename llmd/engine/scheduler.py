@@ -169,7 +169,9 @@ class Scheduler:
                 continue
             draft_ids = NO_DRAFT
             if self.speculator is not None and num_new == 1 and request.num_output_tokens > 0:
-                draft_ids = self.speculator.allocate_drafts(request, budget, self.block_manager)
+                draft_ids = self.speculator.allocate_drafts(
+                    request, budget, self.block_manager, self._admission_headroom
+                )
             if draft_ids:
                 self._add_chunk(output, request, 1 + len(draft_ids), now, draft_ids)
                 budget -= 1 + len(draft_ids)

@@ -95,12 +95,15 @@ class Speculator:
         return self.proposer.propose(request.all_token_ids, num_tokens)[:num_tokens]
 
     def allocate_drafts(
-        self, request: Request, budget: int, block_manager: BlockManager
+        self, request: Request, budget: int, block_manager: BlockManager, num_reserved_blocks: int
     ) -> list[int]:
         """A decode's drafts, with blocks for them and its last token allocated; none when
-        it drafts nothing or the pool cannot spare the blocks (it then decodes plainly)."""
+        it drafts nothing or the pool cannot spare the blocks and `num_reserved_blocks`
+        more (it then decodes plainly): drafts never preempt anyone."""
         draft_ids = self.drafts_for(request, budget)
-        if draft_ids and not block_manager.allocate_slots(request, 1 + len(draft_ids)):
+        if draft_ids and not block_manager.allocate_slots(
+            request, 1 + len(draft_ids), num_reserved_blocks=num_reserved_blocks
+        ):
             return NO_DRAFT
         return draft_ids
 

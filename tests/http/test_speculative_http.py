@@ -56,3 +56,15 @@ def test_completions_match_the_daemon_without_speculation(served_http, speculati
     assert num_accepted <= num_draft_tokens <= 3 * num_drafts
     per_position = [v for (name, _), v in samples.items() if name.endswith("_per_pos_total")]
     assert sum(per_position) == num_accepted
+
+
+def test_timings_carry_the_requests_own_acceptance(speculating_http):
+    body = {"prompt": PROMPTS[0], "max_tokens": 20, "temperature": 0.0, "ignore_eos": True,
+            "return_timings": True}  # fmt: skip
+    response = httpx.post(f"{speculating_http.v1}/completions", json=body, timeout=60)
+    timings = response.json()["choices"][0]["timings"]
+    num_drafts = timings["spec_num_drafts"]
+    assert num_drafts > 0
+    assert 0 <= timings["spec_num_accepted_tokens"] <= timings["spec_num_draft_tokens"]
+    want = 1 + timings["spec_num_accepted_tokens"] / num_drafts
+    assert timings["spec_mean_acceptance_length"] == pytest.approx(want)

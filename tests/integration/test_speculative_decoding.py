@@ -121,6 +121,11 @@ def test_counters_reconcile_with_independently_counted_steps(model_path, expecte
     (output,) = llm.generate([prompt], GREEDY)
     assert output.token_ids == want
     totals = speculator.totals
+    metrics = output.metrics  # the request's own counts: the only request, so the totals
+    assert (metrics.num_drafts, metrics.num_draft_tokens, metrics.num_accepted_tokens) == (
+        totals.num_drafts, totals.num_draft_tokens, totals.num_accepted_tokens,
+    )  # fmt: skip
+    assert metrics.mean_acceptance_length == totals.mean_acceptance_length > 1
     assert len(output.token_ids) == num_sampling_steps + totals.num_accepted_tokens
     assert totals.num_accepted_tokens <= totals.num_draft_tokens
     assert sum(totals.accepted_per_position) == totals.num_accepted_tokens
