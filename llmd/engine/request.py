@@ -120,6 +120,10 @@ class Request:
         """Draft tokens verified for it."""
         self.num_accepted_tokens = 0
         """Draft tokens accepted: tokens it got without a step of their own."""
+        self.num_missed_drafts = 0
+        """Verify steps in a row that accepted no draft token (the speculator backs off)."""
+        self.no_draft_until = 0
+        """Output count before which the request drafts nothing (after missed drafts)."""
         self.waits = WaitLedger()
         """Why and how long it waited for admission, and its prefill stalls (WaitTracker)."""
         self.grammar: TokenGrammar | None = None

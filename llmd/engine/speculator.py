@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 NO_DRAFT: list[int] = []
 """Shared by the (many) requests that draft nothing in a step; never mutated."""
+MAX_DRAFT_BACKOFF = 32
+"""Most output tokens a request decodes plainly after drafts that were all rejected: its
+text does not repeat (yet), and each rejected draft costs a verify step's extra tokens."""
 
 
 class DraftProposer(Protocol):
@@ -82,7 +85,7 @@ class Speculator:
     def drafts_for(self, request: Request, budget: int) -> list[int]:
         """Draft tokens for a decoding request's step, within the token budget, max_tokens
         and max_model_len (its verified run never passes either); often none."""
-        if not self.can_speculate(request):
+        if request.num_output_tokens < request.no_draft_until or not self.can_speculate(request):
             return NO_DRAFT
         num_tokens = min(
             self.num_speculative_tokens,
@@ -131,6 +134,12 @@ class Speculator:
         request.num_draft_tokens += len(draft_ids)
         request.num_accepted_tokens += num_accepted
         request.num_drafts += 1
+        if num_accepted:
+            request.num_missed_drafts = 0
+        else:  # back off: 1, 2, 4, ... plain decodes after each miss in a row
+            request.num_missed_drafts += 1
+            backoff = min(1 << (request.num_missed_drafts - 1), MAX_DRAFT_BACKOFF)
+            request.no_draft_until = request.num_output_tokens + 1 + backoff
         reason, stop_reason, num_kept = None, None, 0
         for token_id in run:
             request.append_token(token_id, now)

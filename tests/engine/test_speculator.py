@@ -188,3 +188,23 @@ def test_without_blocks_for_its_drafts_a_request_decodes_plainly():
     for live in list(scheduler.requests):
         scheduler.finish_request(live, FinishReason.ABORT)
     assert_idle_and_clean(scheduler)
+
+
+def test_drafts_that_keep_missing_back_off_and_a_hit_resets_the_backoff():
+    scheduler, _ = make_speculating_scheduler([21, 22, 23])
+    request = make_request(num_prompt_tokens=4, max_tokens=100)
+    scheduler.add_request(request)
+    step(scheduler, 5)
+    pattern = []
+    for _ in range(12):  # every sample is 5: no draft token ever matches
+        plan, _ = step(scheduler, 5)
+        pattern.append("d" if plan.chunks[0].num_draft_tokens else "-")
+    # Misses in a row skip 1, 2, 4 steps before drafting again.
+    assert "".join(pattern) == "d-d--d----d-"
+    while not step(scheduler, {request.request_id: [21, 22, 23, 24]})[0].chunks[0].num_draft_tokens:
+        pass  # plain decodes until the backoff ends; that verify step accepts everything
+    assert request.num_missed_drafts == 0
+    plan, _ = step(scheduler, 5)
+    assert plan.chunks[0].num_draft_tokens == 3  # drafting again at once
+    scheduler.finish_request(request.request_id, FinishReason.ABORT)
+    assert_idle_and_clean(scheduler)
