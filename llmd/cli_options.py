@@ -17,6 +17,7 @@ from llmd.config import (
     DTYPES,
     KV_CACHE_DTYPES,
     POLICIES,
+    SPECULATIVE_METHODS,
     EngineConfig,
 )
 from llmd.errors import InvalidParameterError
@@ -48,6 +49,10 @@ ENGINE_FLAGS = (
     Flag("enforce_eager", is_switch=True),
     Flag("prepack_weights"),
     Flag("async_scheduling", show_default="on for CUDA, off on CPU"),
+    Flag("speculative_method", choices=SPECULATIVE_METHODS, show_default="off"),
+    Flag("num_speculative_tokens"),
+    Flag("prompt_lookup_min"),
+    Flag("prompt_lookup_max"),
 )
 """The engine flags of `llmd generate`, `llmd serve` and `llmd bench`, from EngineConfig."""
 ENGINE_OPTIONS = [click_option(EngineConfig, flag) for flag in ENGINE_FLAGS]

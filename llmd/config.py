@@ -17,6 +17,9 @@ KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "fp8", "fp8_e4m3")
 DEVICES = ("auto", "cpu", "cuda")
 POLICIES = ("fcfs", "priority")
 ATTENTION_BACKENDS = ("auto", "cpu", "torch", "triton")
+SPECULATIVE_METHODS = ("ngram",)
+MAX_SPECULATIVE_TOKENS = 16
+"""Most draft tokens one verify step scores per request: beyond, acceptance is negligible."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,16 @@ class EngineConfig:
     """On CPU, repack linear weights once into oneDNN's blocked GEMM layout (torch's stock
     GEMM repacks them every call: 1.2-2.5x slower at decode's batch sizes). Row counts are
     padded to 22 buckets whose oneDNN primitives are built at load, so memory stays flat."""
+    speculative_method: str | None = None
+    """Speculative decoding: ngram (prompt lookup: drafts copied from where the last tokens
+    occurred before, in the prompt or the output), verified k at a time in one forward pass
+    with the same output as without it; None: off. Steps then run synchronously."""
+    num_speculative_tokens: int = 3
+    """Draft tokens proposed and verified per request and step (speculative decoding)."""
+    prompt_lookup_min: int = 2
+    """Shortest suffix of a request's tokens the ngram proposer looks up."""
+    prompt_lookup_max: int = 4
+    """Longest suffix the ngram proposer looks up (longer matches are tried first)."""
     skip_tokenizer_init: bool = False
     """Load no tokenizer: prompts must be token ids and no text is produced (benchmarks)."""
     trust_remote_code: bool = False
@@ -131,7 +144,30 @@ class EngineConfig:
             "async_scheduling",
             f"must be true, false or null (auto), got {self.async_scheduling!r}",
         )
+        self._check_speculation()
         require(not self.trust_remote_code, "trust_remote_code", "llmd never runs remote code")
+
+    def _check_speculation(self) -> None:
+        """The speculative-decoding fields: a known method, counts in range, min <= max."""
+        method = self.speculative_method
+        require(
+            method is None or method in SPECULATIVE_METHODS,
+            "speculative_method",
+            f"must be one of {', '.join(SPECULATIVE_METHODS)} (or unset), got {method!r}",
+        )
+        _positive_int("num_speculative_tokens", self.num_speculative_tokens)
+        require(
+            self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS,
+            "num_speculative_tokens",
+            f"must be <= {MAX_SPECULATIVE_TOKENS}, got {self.num_speculative_tokens}",
+        )
+        _positive_int("prompt_lookup_min", self.prompt_lookup_min)
+        _positive_int("prompt_lookup_max", self.prompt_lookup_max)
+        require(
+            self.prompt_lookup_min <= self.prompt_lookup_max,
+            "prompt_lookup_min",
+            f"must be <= prompt_lookup_max ({self.prompt_lookup_min} > {self.prompt_lookup_max})",
+        )
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> EngineConfig:

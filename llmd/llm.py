@@ -173,14 +173,24 @@ class LLM:
             request.is_finished,
             is_ended_on_token(request.finish_reason, request.stop_reason),
         )
+        new_token_ids = update.new_token_ids[: step.num_tokens_kept]
         if tracked.logprobs is not None and update.new_logprobs:
-            tracked.logprobs.extend(update.new_logprobs)
-        if step.stop_string is not None and not request.is_finished:
-            self.engine.finish_request(request.request_id, FinishReason.STOP, step.stop_string)
+            tracked.logprobs.extend(update.new_logprobs[: step.num_tokens_kept])
+        if step.stop_string is not None:
+            # Tokens after the stop string's (a speculative run's) were never delivered.
+            num_delivered = request.num_output_tokens - (
+                len(update.new_token_ids) - len(new_token_ids)
+            )
+            if request.is_finished:
+                request.keep_output_tokens(num_delivered)
+            else:
+                self.engine.finish_request(
+                    request.request_id, FinishReason.STOP, step.stop_string, num_delivered
+                )
         if request.finish_reason is FinishReason.ERROR:
             raise RequestFailedError(request.error_message or "the engine failed this request")
         output = self._output(tracked) if request.is_finished else None
-        return StreamDelta(tracked.index, step.text, update.new_token_ids, output)
+        return StreamDelta(tracked.index, step.text, new_token_ids, output)
 
     def _output(self, tracked: _Tracked) -> RequestOutput:
         request = tracked.request

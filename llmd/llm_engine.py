@@ -26,6 +26,7 @@ from llmd.engine.scheduler import Scheduler
 from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.engine.servability import check_servable, resolve_max_model_len
 from llmd.engine.snapshot_collector import collect_snapshot
+from llmd.engine.speculator import make_speculator, resolve_async_scheduling
 from llmd.engine.step_result import RequestUpdate, StepResult, request_updates, step_stats
 from llmd.engine.step_stats import StepStats
 from llmd.engine.tokenizer import Tokenizer, config_eos_token_ids, load_tokenizer
@@ -97,12 +98,9 @@ class LLMEngine:
                 policy=config.scheduling_policy,
             ),
             self.block_manager,
+            make_speculator(config, self.max_model_len),
         )
-        self.async_scheduling = (
-            config.async_scheduling
-            if config.async_scheduling is not None
-            else self.runner.device.type == "cuda"
-        )
+        self.async_scheduling = resolve_async_scheduling(config, self.runner.device.type)
         self.grammars: GrammarAdmission | None = None
         """Structured outputs: compiles and admits constrained requests (made on first use)."""
         self.grammar_stats = GrammarStats()
@@ -348,9 +346,11 @@ class LLMEngine:
         """
         plan = step.plan
         ended_before = {c.request.request_id for c in plan.chunks if c.request.is_finished}
-        self.scheduler.update_from_output(plan, output.sampled_token_ids, step.placeholder_ids)
+        self.scheduler.update_from_output(
+            plan, output.sampled_token_ids, step.placeholder_ids, output.verified_token_ids
+        )
         updates, self._finished_last_step = request_updates(
-            plan, output.logprobs, ended_before, self._finished_last_step, output.prompt_logprobs
+            plan, output, ended_before, self._finished_last_step
         )
         stats = step_stats(
             plan, self.scheduler, output, started, scheduled, time.monotonic(),

@@ -41,6 +41,19 @@ class RequestMetrics:
     waits: WaitBreakdown = field(default_factory=WaitBreakdown, repr=False)
     """Why it waited for admission (seconds per reason, adding up to `queue_time` plus any
     waits after preemptions), its prefill chunks and prefix-cache hits."""
+    num_drafts: int = 0
+    """Speculative decoding: its verify steps (steps that scored draft tokens)."""
+    num_draft_tokens: int = 0
+    """Draft tokens scored for it."""
+    num_accepted_tokens: int = 0
+    """Draft tokens accepted (tokens it got without a step of their own)."""
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """Tokens per verify step: 1 + accepted / drafts (None: it verified no draft)."""
+        if not self.num_drafts:
+            return None
+        return 1 + self.num_accepted_tokens / self.num_drafts
 
     @classmethod
     def from_request(cls, request: Request, num_output_tokens: int | None = None) -> RequestMetrics:
@@ -74,6 +87,9 @@ class RequestMetrics:
             e2e=_span(times.arrival, times.finished),
             itl=itl,
             waits=waits,
+            num_drafts=request.num_drafts,
+            num_draft_tokens=request.num_draft_tokens,
+            num_accepted_tokens=request.num_accepted_tokens,
         )
 
     def to_dict(self) -> dict:

@@ -61,6 +61,9 @@ class SamplingParams:
     alternatives (computed in the prefill pass; such a request skips prefix-cache hits)."""
     skip_special_tokens: bool = True
     """Leave special tokens out of the detokenized text."""
+    can_speculate: bool = True
+    """Whether the engine may draft and verify several tokens a step for this request when
+    it runs speculative decoding (the output is the same either way); false opts it out."""
     structured_outputs: StructuredOutputs | None = None
     """Constrain the output to a JSON schema, a regex, choices or a grammar (a map is
     accepted and converted); None for free text."""
@@ -109,6 +112,7 @@ class SamplingParams:
         for token_id in self.stop_token_ids:
             _check_int("stop_token_ids", token_id, 0, MAX_INT32)
         require(isinstance(self.ignore_eos, bool), "ignore_eos", "must be a boolean")
+        require(isinstance(self.can_speculate, bool), "can_speculate", "must be a boolean")
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
         if self.prompt_logprobs is not None:

@@ -1,4 +1,5 @@
-"""Benchmark workloads: random lengths, shared prefixes, ShareGPT files, multi-turn chats.
+"""Benchmark workloads: random lengths, shared prefixes, ShareGPT files, multi-turn chats,
+and passages to repeat (where speculative decoding's n-gram drafts hit).
 
 Each dataset is a list of sessions of one or more turns, drawn from a seeded generator
 so that two runs send the same prompts; single-turn datasets are sessions of one turn.
@@ -14,7 +15,14 @@ from typing import Any
 
 from llmd.errors import InvalidParameterError
 
-DATASET_NAMES = ("random", "shared-prefix", "sharegpt", "multi-turn")
+DATASET_NAMES = ("random", "shared-prefix", "sharegpt", "multi-turn", "repeat")
+PASSAGE_WORDS = (
+    "the", "river", "north", "stone", "bridge", "market", "opened", "early", "every",
+    "morning", "when", "traders", "carried", "bread", "and", "salt", "across", "old",
+    "city", "walls", "under", "grey", "sky", "while", "children", "counted", "boats",
+    "near", "harbor", "lights", "slowly", "faded", "into", "quiet", "evening", "air",
+)  # fmt: skip
+"""The vocabulary of the repeat dataset's passages (plain words every tokenizer knows)."""
 FIRST_TOKEN_ID = 10
 """Random prompts avoid the lowest ids, where tokenizers keep their special tokens."""
 
@@ -106,6 +114,25 @@ def shared_prefix_sessions(
         )
         for index in range(num_prompts)
     ]
+
+
+def repeat_sessions(
+    num_prompts: int, input_len: int, output_len: int, seed: int = 0
+) -> list[Session]:
+    """Text prompts asking to repeat a seeded passage of `input_len` words word for word.
+
+    A model that follows the instruction copies its prompt, so prompt-lookup (n-gram)
+    drafts are mostly accepted: the workload where speculative decoding should pay.
+    """
+    _check("input_len", input_len, 1)
+    _check("output_len", output_len, 1)
+    rng = random.Random(seed)
+    sessions = []
+    for _ in range(num_prompts):
+        passage = " ".join(rng.choice(PASSAGE_WORDS) for _ in range(input_len))
+        prompt = f"Repeat the following passage word for word.\n\n{passage}\n\nRepeated:"
+        sessions.append(Session((Turn(output_len, prompt=prompt),)))
+    return sessions
 
 
 def multi_turn_sessions(

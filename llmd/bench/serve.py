@@ -22,6 +22,7 @@ from llmd.bench.datasets import (
     Session,
     multi_turn_sessions,
     random_sessions,
+    repeat_sessions,
     shared_prefix_sessions,
     sharegpt_sessions,
 )
@@ -108,6 +109,10 @@ def build_sessions(options: ServeOptions, stats: StatsSnapshot | None) -> list[S
     if options.dataset == "shared-prefix":
         return shared_prefix_sessions(
             options.num_prompts, options.num_groups, options.prefix_len, options.input_len, **common
+        )
+    if options.dataset == "repeat":
+        return repeat_sessions(
+            options.num_prompts, options.input_len, options.output_len, options.seed
         )
     if options.dataset == "multi-turn":
         return multi_turn_sessions(

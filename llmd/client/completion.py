@@ -43,6 +43,9 @@ class Completion:
     """The prompt's text, when `echo` was asked for."""
     prompt_tokens: list[str] | None = None
     """Each prompt token's text, when `echo` was asked for."""
+    spec_decode: dict[str, int] | None = None
+    """Speculative decoding: num_drafts, num_draft_tokens, num_accepted_tokens (None: no
+    draft was verified for it)."""
 
     @classmethod
     def from_finished(cls, accepted: Accepted | None, finished: Finished, text: str) -> Completion:
@@ -63,4 +66,5 @@ class Completion:
             prompt_logprobs=finished.prompt_logprobs,
             prompt_text=finished.prompt_text,
             prompt_tokens=finished.prompt_tokens,
+            spec_decode=finished.spec_decode,
         )

@@ -24,10 +24,11 @@ def serve_options(function):
     options = [
         click.option(
             "--dataset",
-            type=click.Choice(["random", "shared-prefix", "sharegpt", "multi-turn"]),
+            type=click.Choice(["random", "shared-prefix", "sharegpt", "multi-turn", "repeat"]),
             default="random",
             show_default=True,
-            help="The workload.",
+            help="The workload (repeat: text passages of --input-len words to repeat, where "
+            "speculative decoding's n-gram drafts hit).",
         ),
         click.option(
             "--num-prompts",

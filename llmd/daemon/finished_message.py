@@ -52,6 +52,13 @@ def finished_message(
         logprobs=None if live.stream else live.logprobs,
         num_preemptions=request.num_preemptions,
         breakdown=metrics.waits.to_dict(),
+        spec_decode=None
+        if not metrics.num_drafts
+        else {
+            "num_drafts": metrics.num_drafts,
+            "num_draft_tokens": metrics.num_draft_tokens,
+            "num_accepted_tokens": metrics.num_accepted_tokens,
+        },
         **take_prompt_fields(live),
     )
 

@@ -314,16 +314,19 @@ class TextWorker:
             if ended is not None:
                 self._finish(live, ended)
             return
-        live.output_token_ids.extend(update.new_token_ids)
         # A final EOS or stop token id ends generation but is not part of the text.
         is_on_token = ended is not None and is_ended_on_token(
             ended.finish_reason, ended.stop_reason
         )
         step = live.text.advance(update.new_token_ids, update.is_finished, is_on_token)
+        # A speculative step's run may go on past a stop string's token: that part is dropped.
+        new_token_ids = update.new_token_ids[: step.num_tokens_kept]
+        live.output_token_ids.extend(new_token_ids)
         text = step.text
         if update.prompt_logprobs is not None:
             live.prompt_logprobs = prompt_logprob_entries(update.prompt_logprobs, self.tokenizer)
-        new_logprobs = [logprob_entry(lp, self.tokenizer) for lp in update.new_logprobs or ()]
+        kept_logprobs = (update.new_logprobs or [])[: step.num_tokens_kept]
+        new_logprobs = [logprob_entry(lp, self.tokenizer) for lp in kept_logprobs]
         if live.logprobs is not None:
             live.logprobs.extend(new_logprobs)
         if step.stop_string is not None and not update.is_finished:
@@ -336,10 +339,10 @@ class TextWorker:
                     num_output_tokens=len(live.output_token_ids),
                 )
             )
-        if live.stream and (text or update.new_token_ids):
+        if live.stream and (text or new_token_ids):
             logprobs = new_logprobs if live.logprobs is not None else None
             delta = TokenDelta(
-                live.client_id, text, update.new_token_ids, logprobs, **take_prompt_fields(live)
+                live.client_id, text, new_token_ids, logprobs, **take_prompt_fields(live)
             )
             self._send(live, delta)
         if ended is not None:

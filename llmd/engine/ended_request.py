@@ -48,6 +48,9 @@ class EndedRequest:
     num_output_tokens: int
     num_cached_tokens: int
     num_preemptions: int
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
     times: EndedTimes
     waits: WaitBreakdown
 

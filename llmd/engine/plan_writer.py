@@ -8,6 +8,8 @@ runner never reads an engine `Request` (no torch).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llmd.engine.request import Request
 from llmd.engine.scheduler_output import NewRequestData, ScheduledChunk, SchedulerOutput
 
@@ -24,9 +26,18 @@ class PlanWriter:
         self._finished_ids: list[str] = []
 
     def add_chunk(
-        self, output: SchedulerOutput, request: Request, num_new_tokens: int, is_sampling: bool
+        self,
+        output: SchedulerOutput,
+        request: Request,
+        num_new_tokens: int,
+        is_sampling: bool,
+        draft_ids: Sequence[int] = (),
     ) -> ScheduledChunk:
-        """Append the chunk of `request` to `output` (and its data, if the runner lacks it)."""
+        """Append the chunk of `request` to `output` (and its data, if the runner lacks it).
+
+        With `draft_ids` (speculative decoding) the chunk is the request's last token and
+        the drafts, `num_new_tokens` = 1 + len(draft_ids).
+        """
         request_id = request.request_id
         block_ids = request.block_ids
         num_blocks = len(block_ids)
@@ -52,11 +63,13 @@ class PlanWriter:
         start = request.num_computed_tokens
         if num_new_tokens == 1:
             token_ids = [request.all_token_ids[start]]
+        elif draft_ids:
+            token_ids = [request.all_token_ids[start], *draft_ids]
         else:
             token_ids = request.all_token_ids[start : start + num_new_tokens]
         chunk = ScheduledChunk(
             request, num_new_tokens, is_sampling, request_id, start, token_ids, new_block_ids,
-            num_blocks,
+            num_blocks, len(draft_ids),
         )  # fmt: skip
         output.chunks.append(chunk)
         return chunk

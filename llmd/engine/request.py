@@ -114,6 +114,16 @@ class Request:
         self.events: list[tuple[float, str, int]] = []
         """Timeline (time, kind, num_tokens) of prefill chunks, decodes and preemptions."""
         self.num_prefill_chunks = 0
+        self.num_drafts = 0
+        """Verify steps this request ran (speculative decoding)."""
+        self.num_draft_tokens = 0
+        """Draft tokens verified for it."""
+        self.num_accepted_tokens = 0
+        """Draft tokens accepted: tokens it got without a step of their own."""
+        self.num_missed_drafts = 0
+        """Verify steps in a row that accepted no draft token (the speculator backs off)."""
+        self.no_draft_until = 0
+        """Output count before which the request drafts nothing (after missed drafts)."""
         self.waits = WaitLedger()
         """Why and how long it waited for admission, and its prefill stalls (WaitTracker)."""
         self.grammar: TokenGrammar | None = None

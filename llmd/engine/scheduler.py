@@ -17,6 +17,7 @@ from llmd.engine.plan_writer import PlanWriter
 from llmd.engine.request import FinishReason, Request, RequestStatus
 from llmd.engine.scheduler_output import PENDING_TOKEN_ID, ScheduledChunk, SchedulerOutput
 from llmd.engine.servability import check_servable
+from llmd.engine.speculator import NO_DRAFT, Speculator
 from llmd.engine.stop_rules import check_stop, ends_by_length_after_sample, grammar_stop
 from llmd.engine.wait_tracker import WaitTracker
 from llmd.engine.waiting_queue import make_waiting_queue
@@ -32,9 +33,16 @@ ADMISSION_HEADROOM_FRACTION = 0.01
 class Scheduler:
     """Decides, each step, which requests compute how many tokens, and preempts on KV shortage."""
 
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        block_manager: BlockManager,
+        speculator: Speculator | None = None,
+    ) -> None:
         self.config = config
         self.block_manager = block_manager
+        self.speculator = speculator
+        """Speculative decoding: drafts tokens for decodes and keeps their verified runs."""
         self.waiting = make_waiting_queue(config.policy)
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
@@ -47,12 +55,16 @@ class Scheduler:
         """Whether the plan being built has no decode after a prefill chunk (so far)."""
         self._largest_prefill: ScheduledChunk | None = None
         """The plan's largest non-decode chunk so far (the wait tracker names its request)."""
+        self._has_verify = False
+        """Whether the plan being built has a verify chunk so far (placed after decodes)."""
         self._admission_headroom = int(block_manager.num_blocks * ADMISSION_HEADROOM_FRACTION)
 
     def reset_counters(self) -> None:
         """Zero the preemption count and forget wait history (after a warm-up, say)."""
         self.num_preemptions = 0
         self.wait_tracker = WaitTracker()
+        if self.speculator is not None:
+            self.speculator.reset_counters()
 
     # ------------------------------------------------------------ admission
 
@@ -109,6 +121,7 @@ class Scheduler:
         self.wait_tracker.begin_step(now)
         output = SchedulerOutput()
         self._is_decodes_first, self._largest_prefill = True, None
+        self._has_verify = False
         budget = self.config.max_num_batched_tokens
         if self.config.policy == "priority":
             self.running.sort(key=lambda r: (r.priority, r.times.arrival))
@@ -152,6 +165,16 @@ class Scheduler:
             request = self.running[index]
             num_new = self._num_new_tokens(request, budget)
             if num_new == 0:
+                index += 1
+                continue
+            draft_ids = NO_DRAFT
+            if self.speculator is not None and num_new == 1 and request.num_output_tokens > 0:
+                draft_ids = self.speculator.allocate_drafts(
+                    request, budget, self.block_manager, self._admission_headroom
+                )
+            if draft_ids:
+                self._add_chunk(output, request, 1 + len(draft_ids), now, draft_ids)
+                budget -= 1 + len(draft_ids)
                 index += 1
                 continue
             while not self.block_manager.allocate_slots(request, num_new):
@@ -198,7 +221,19 @@ class Scheduler:
             return None, MAX_NUM_SEQS
         return None, TOKEN_BUDGET
 
-    def _add_chunk(self, output: SchedulerOutput, request: Request, num_new: int, now: float):
+    def _add_chunk(
+        self,
+        output: SchedulerOutput,
+        request: Request,
+        num_new: int,
+        now: float,
+        draft_ids: list[int] = NO_DRAFT,
+    ) -> None:
+        if draft_ids:  # a verify chunk: decode work, placed with the prefill chunks
+            self.plan_writer.add_chunk(output, request, num_new, True, draft_ids)
+            output.num_verify_tokens += num_new
+            self._has_verify = True
+            return
         is_sampling = request.num_computed_tokens + num_new == request.num_tokens
         chunk = self.plan_writer.add_chunk(output, request, num_new, is_sampling)
         is_decode = chunk.is_decode
@@ -206,7 +241,7 @@ class Scheduler:
         if not is_decode:
             if largest is None or num_new > largest.num_new_tokens:
                 self._largest_prefill = chunk  # the first of the largest, as max() picks
-        elif largest is not None:
+        elif largest is not None or self._has_verify:
             self._is_decodes_first = False  # a decode after a prefill: reorder at the end
         # A one-token chunk is a decode only when that token is an output: the last prompt
         # token (1-token prompt, last chunk, prefix hit leaving one) is prefill work.
@@ -237,6 +272,7 @@ class Scheduler:
         output: SchedulerOutput,
         sampled_token_ids: dict[str, int],
         placeholder_ids: set[str] | None = None,
+        verified_token_ids: dict[str, list[int]] | None = None,
     ) -> list[Request]:
         """Advance computed tokens, append samples, apply stop rules; returns finished requests.
 
@@ -245,7 +281,9 @@ class Scheduler:
         (`advance_in_flight` counted its tokens at launch), the requests whose placeholder
         a sample replaces. A request that ended meanwhile (a stop found in the previous
         step, an abort, a stop string) has its sample discarded, as its placeholder was when
-        it finished (`Request.finish`): no token is ever emitted past a stop.
+        it finished (`Request.finish`): no token is ever emitted past a stop. A verify
+        chunk's samples (`verified_token_ids`, one per position; synchronous steps only)
+        go to the speculator, which keeps the accepted run.
         """
         now = time.monotonic()
         finished: list[Request] = []
@@ -253,6 +291,15 @@ class Scheduler:
             request = chunk.request
             if request.is_finished:
                 continue  # ended from outside while the step ran
+            if chunk.num_draft_tokens:
+                assert self.speculator is not None and verified_token_ids is not None
+                reason, stop_reason = self.speculator.apply_verified(
+                    chunk, verified_token_ids[request.request_id], self.block_manager, now
+                )
+                if reason is not None:
+                    self.finish_request(request.request_id, reason, stop_reason, now)
+                    finished.append(request)
+                continue
             if placeholder_ids is None:
                 request.num_computed_tokens += chunk.num_new_tokens
             self.block_manager.cache_full_blocks(request)

@@ -57,11 +57,20 @@ class ScheduledChunk:
     them for a request in the plan's `new_requests`)."""
     num_blocks: int = 0
     """Length of the request's block table once `new_block_ids` are appended."""
+    num_draft_tokens: int = 0
+    """Speculative decoding: the last this many `token_ids` are drafts to verify (the
+    first is the request's last sampled token), and the runner samples at every position
+    of the chunk, not only its last; 0 for every other chunk."""
 
     @property
     def is_decode(self) -> bool:
         """A decode is a one-token sampling chunk (the previous step's output)."""
         return self.num_new_tokens == 1 and self.is_sampling
+
+    @property
+    def is_verify(self) -> bool:
+        """A verify chunk: a decode followed by draft tokens (speculative decoding)."""
+        return self.num_draft_tokens > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,8 @@ class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
+    num_verify_tokens: int = 0
+    """Tokens of verify chunks (each a decode plus its drafts; speculative decoding)."""
     new_requests: list[NewRequestData] = field(default_factory=list)
     preempted_request_ids: list[str] = field(default_factory=list)
     """Requests preempted by this plan: the runner frees their rows (sampling state stays,
@@ -102,7 +113,7 @@ class SchedulerOutput:
     @property
     def num_batched_tokens(self) -> int:
         """Tokens computed this step."""
-        return self.num_prefill_tokens + self.num_decode_tokens
+        return self.num_prefill_tokens + self.num_decode_tokens + self.num_verify_tokens
 
     @property
     def is_empty(self) -> bool:

@@ -49,20 +49,22 @@ class StepResult:
 
 def request_updates(
     plan: SchedulerOutput,
-    logprobs: dict[str, TokenLogprob],
+    output: RunnerOutput,
     ended_before: set[str],
     reported_ended: set[str],
-    prompt_logprobs: dict[str, tuple[int, list[TokenLogprob]]] | None = None,
 ) -> tuple[list[RequestUpdate], set[str]]:
-    """The updates of a plan whose samples were just applied, and the ids it ended.
+    """The updates of a plan whose samples `output` holds (just applied), and the ids it ended.
 
     One per sampling request (its new token) and one without tokens per request that
     ended from outside while the step ran (`ended_before`), unless its end was reported
     already (`reported_ended`: the previous apply's ids, whose next sample a pipelined
     step had launched meanwhile), so that every request ends exactly once. The step's
-    `prompt_logprobs` (by request id) are recorded first; the update of a request's first
-    output token carries them all.
+    prompt logprobs (by request id) are recorded first; the update of a request's first
+    output token carries them all. A verify chunk's update carries its accepted run (the
+    tokens after the chunk's first, up to a stop) and their logprobs.
     """
+    logprobs, prompt_logprobs = output.logprobs, output.prompt_logprobs
+    verified_logprobs = output.verified_logprobs
     updates = []
     ended_now: set[str] = set()
     for chunk in plan.chunks:
@@ -75,6 +77,15 @@ def request_updates(
                 updates.append(RequestUpdate(request, []))
             continue
         if not chunk.is_sampling:
+            continue
+        if chunk.num_draft_tokens:
+            new_token_ids = request.all_token_ids[chunk.num_computed_tokens + 1 :]
+            run_logprobs = verified_logprobs.get(request_id)
+            if run_logprobs is not None:
+                run_logprobs = run_logprobs[: len(new_token_ids)]
+            updates.append(RequestUpdate(request, new_token_ids, run_logprobs))
+            if request.is_finished:
+                ended_now.add(request_id)
             continue
         logprob = logprobs.get(request_id)
         new_logprobs = None if logprob is None else [logprob]
@@ -99,12 +110,19 @@ def step_stats(
     """A step's token counts and phase times, from its plan and the runner's output.
 
     Shared by the synchronous and the pipelined step, so both report the same figures.
+    Verify chunks (speculative decoding) count as decode work: their tokens and sequences;
+    the speculator's counts of the step just applied are taken with them.
     """
-    num_decode = plan.num_decode_tokens
+    speculator = scheduler.speculator
+    spec_counts = None if speculator is None else speculator.take_step_counts()
+    num_verify_seqs = 0
+    if plan.num_verify_tokens:
+        num_verify_seqs = sum(1 for chunk in plan.chunks if chunk.num_draft_tokens)
+    num_decode = plan.num_decode_tokens + num_verify_seqs
     return StepStats(
         started_at=started,
         num_prefill_tokens=plan.num_prefill_tokens,
-        num_decode_tokens=num_decode,
+        num_decode_tokens=plan.num_decode_tokens + plan.num_verify_tokens,
         num_prefill_seqs=len(plan.chunks) - num_decode,
         num_decode_seqs=num_decode,
         num_preempted=len(plan.preempted_request_ids),
@@ -120,4 +138,5 @@ def step_stats(
         num_sampling_seqs=sum(1 for chunk in plan.chunks if chunk.is_sampling),
         device_gap_s=output.device_gap_s,
         num_experts_touched=output.num_experts_touched,
+        spec_decode=spec_counts,
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmd.engine.spec_decode_counts import SpecDecodeCounts
+
 
 @dataclass(frozen=True)
 class StepStats:
@@ -41,6 +43,8 @@ class StepStats:
     """Device idle time from the previous step's end to this step's start, from CUDA
     events (None on CPU): the host gap the device really saw, measured the same way with
     async scheduling on or off (the daemon's idle_gap, between step calls, is host time)."""
+    spec_decode: SpecDecodeCounts | None = None
+    """Speculative decoding's drafts and accepted tokens this step; None when it is off."""
 
     @property
     def num_tokens(self) -> int:

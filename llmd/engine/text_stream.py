@@ -39,6 +39,9 @@ class TextStep:
     """New text to show."""
     stop_string: str | None
     """The stop string this update matched: the request must end here (its text has)."""
+    num_tokens_kept: int
+    """The update's tokens up to the one whose text completed the stop string (all of them
+    without a stop string): the tokens after it were never delivered."""
 
 
 def is_ended_on_token(finish_reason: FinishReason | None, stop_reason: object) -> bool:
@@ -62,14 +65,36 @@ class TextStream:
     def advance(
         self, new_token_ids: list[int], is_finished: bool, is_ended_on_token: bool
     ) -> TextStep:
-        """Take one update's tokens; `is_finished`: the engine ended the request with them."""
+        """Take one update's tokens; `is_finished`: the engine ended the request with them.
+
+        Several tokens (a speculative step's accepted run) go in one at a time, so that a
+        stop string ends the text, and the tokens kept, where it would have one by one.
+        """
+        num_tokens = len(new_token_ids)
+        if num_tokens <= 1:
+            return self._advance(new_token_ids, is_finished, is_ended_on_token)
+        texts = []
+        for index in range(num_tokens):
+            is_last = index == num_tokens - 1
+            step = self._advance(
+                new_token_ids[index : index + 1], is_finished and is_last,
+                is_ended_on_token and is_last,
+            )  # fmt: skip
+            texts.append(step.text)
+            if step.stop_string is not None:
+                return TextStep("".join(texts), step.stop_string, index + 1)
+        return TextStep("".join(texts), None, num_tokens)
+
+    def _advance(
+        self, new_token_ids: list[int], is_finished: bool, is_ended_on_token: bool
+    ) -> TextStep:
         delta = self.detokenizer.update(new_token_ids, exclude_last=is_ended_on_token)
         text = delta.text
         if delta.stop_string is not None:
             self.stop_string = delta.stop_string
         elif is_finished:
             text += self.detokenizer.flush()
-        return TextStep(text, delta.stop_string)
+        return TextStep(text, delta.stop_string, len(new_token_ids))
 
     def final_reasons(
         self, finish_reason: str, stop_reason: int | str | None

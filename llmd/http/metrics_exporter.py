@@ -72,6 +72,12 @@ _COUNTERS: tuple[tuple[str, str, Reader], ...] = (
      lambda s: None if s.grammar is None else s.grammar.num_compile_failures),
     ("grammar_compile_timeouts", "Requests failed because their grammar compile timed out.",
      lambda s: None if s.grammar is None else s.grammar.num_compile_timeouts),
+    ("spec_decode_num_drafts", "Speculative decoding: drafts verified (one per request and step).",
+     lambda s: s.totals.spec_drafts),
+    ("spec_decode_num_draft_tokens", "Speculative decoding: draft tokens verified.",
+     lambda s: s.totals.spec_draft_tokens),
+    ("spec_decode_num_accepted_tokens", "Speculative decoding: draft tokens accepted.",
+     lambda s: s.totals.spec_accepted_tokens),
 )  # fmt: skip
 _HISTOGRAMS = (
     ("ttft", "time_to_first_token_seconds", "Arrival to first token."),
@@ -129,6 +135,15 @@ class SnapshotCollector(Collector):
         for phase in STEP_PHASES:
             phases.add_metric([*model, phase], totals.phase_s.get(phase, 0.0))
         yield phases
+        if totals.spec_accepted_per_position:
+            per_position = CounterMetricFamily(
+                self.prefix + "spec_decode_num_accepted_tokens_per_pos",
+                "Speculative decoding: draft tokens accepted, by position in the draft.",
+                labels=[*labels, "position"],
+            )
+            for position, count in enumerate(totals.spec_accepted_per_position):
+                per_position.add_metric([*model, str(position)], count)
+            yield per_position
         if self.snapshot.grammar is not None:
             yield from self._grammar_families(self.snapshot.grammar, labels, model)
         for key, name, doc in _HISTOGRAMS:

@@ -89,6 +89,9 @@ class ServingMetrics:
         self.finish_counts: dict[str, int] = {}
         self.wait_seconds = dict.fromkeys(WAIT_REASONS, 0.0)
         """Seconds finished requests (aborted ones too) waited for admission, per reason."""
+        self.spec_counts = [0, 0, 0]
+        """Speculative decoding since start: drafts, draft tokens, accepted tokens."""
+        self.spec_accepted_per_position: list[int] = []
 
     def record_step(self, stats: Any, num_generated_tokens: int, idle_gap_s: float) -> None:
         """Record one engine step (a StepStats), the tokens it sampled, and the gap before it."""
@@ -102,6 +105,9 @@ class ServingMetrics:
                 self._phase_seconds[phase].add(seconds, now)
             self.num_preemptions += stats.num_preempted
             self._experts_touched.add(stats.num_experts_touched, now)
+            spec = getattr(stats, "spec_decode", None)
+            if spec is not None:
+                self._record_spec(spec)
             self.num_scheduled_seqs += stats.num_prefill_seqs + stats.num_decode_seqs
             if stats.num_prefill_tokens == 0 and stats.num_decode_tokens > 0:
                 step_bytes = self.cost.decode_step_bytes(
@@ -118,6 +124,18 @@ class ServingMetrics:
                 flops = self.cost.step_flops(stats.num_tokens, stats.num_sampling_seqs)
                 self._prefill_flops.add(flops, now)
                 self._prefill_seconds.add(stats.forward_s, now)
+
+    def _record_spec(self, spec: Any) -> None:
+        """Add a step's SpecDecodeCounts to the totals (caller holds the lock)."""
+        counts = self.spec_counts
+        counts[0] += spec.num_drafts
+        counts[1] += spec.num_draft_tokens
+        counts[2] += spec.num_accepted_tokens
+        per_position = self.spec_accepted_per_position
+        for position, count in enumerate(spec.accepted_per_position):
+            if position == len(per_position):
+                per_position.append(0)
+            per_position[position] += count
 
     def record_request(self, metrics: Any, finish_reason: str) -> None:
         """Record a finished request's RequestMetrics (latencies count only if it completed)."""
@@ -211,6 +229,10 @@ class ServingMetrics:
                     phase_s={
                         phase: meter.lifetime_total for phase, meter in self._phase_seconds.items()
                     },
+                    spec_drafts=self.spec_counts[0],
+                    spec_draft_tokens=self.spec_counts[1],
+                    spec_accepted_tokens=self.spec_counts[2],
+                    spec_accepted_per_position=tuple(self.spec_accepted_per_position),
                 ),
                 histograms={name: h.data() for name, h in self._lifetime.items()},
             )

@@ -109,6 +109,9 @@ class Finished(PromptFields):
     prompt_logprobs: list[LogprobEntry | None] | None = None
     prompt_text: str | None = None
     prompt_tokens: list[str] | None = None
+    spec_decode: dict[str, int] | None = None
+    """Speculative decoding: this request's num_drafts, num_draft_tokens and
+    num_accepted_tokens; null when it verified no draft."""
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,14 @@ class TotalsSection(WireData):
     """Seconds finished requests (aborted ones too) waited for admission, per reason."""
     phase_s: dict[str, float] = field(default_factory=dict)
     """Seconds of every step in each phase (schedule, grammar, ..., idle_gap)."""
+    spec_drafts: int = 0
+    """Speculative decoding: verify chunks run (requests with a draft, per step)."""
+    spec_draft_tokens: int = 0
+    """Draft tokens verified."""
+    spec_accepted_tokens: int = 0
+    """Draft tokens accepted (tokens emitted without a step of their own)."""
+    spec_accepted_per_position: tuple[int, ...] = ()
+    """Accepted draft tokens by position in the draft (the first position first)."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,10 @@ class InputBatch:
     """Index into the plan's chunks of each sampled row, in row order."""
     prompt_logprob_spans: list[Any] = field(default_factory=list)
     """`prompt_logprobs.PromptLogprobSpan`s: rows whose prompt logprobs this step computes."""
+    draft_request_indices: list[int] = field(default_factory=list)
+    """Speculative decoding: the verify chunk (index into the plan's chunks) of each row
+    sampled at a draft token's position, after the sampled rows; a chunk's rows are
+    consecutive, in position order (its last position is its row among the sampled)."""
 
 
 def build_input_batch(

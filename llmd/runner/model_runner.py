@@ -312,8 +312,9 @@ class ModelRunner:
                     graph_size, self._pending_tokens,
                 )  # fmt: skip
             sampling_chunks = [plan.chunks[i] for i in batch.sampling_request_indices]
+            draft_chunks = [plan.chunks[i] for i in batch.draft_request_indices]
             sampling_batch = build_step_sampling_batch(
-                sampling_chunks, self.persistent_batch, self.sampling_state
+                sampling_chunks, self.persistent_batch, self.sampling_state, draft_chunks
             )
             if plan.grammar_bitmask is not None:
                 row_of = {chunk.request_id: i for i, chunk in enumerate(sampling_chunks)}
@@ -360,6 +361,7 @@ class ModelRunner:
         pending = PendingStep.start(
             request_ids, sampling_batch, sample, prepared - start, time.perf_counter() - prepared,
             events, prompt_logprobs, num_experts_touched,
+            [chunk.request_id for chunk in draft_chunks],
         )  # fmt: skip
         if events is not None:
             self._last_done_event = events.done

@@ -30,6 +30,11 @@ class RunnerOutput:
 
     sampled_token_ids: dict[str, int]
     logprobs: dict[str, TokenLogprob] = field(default_factory=dict)
+    verified_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    """Per verify chunk (speculative decoding): the sample at each of its positions, the
+    last being its entry in `sampled_token_ids`."""
+    verified_logprobs: dict[str, list[TokenLogprob]] = field(default_factory=dict)
+    """The logprobs of those samples, for verify chunks whose request asked for them."""
     prompt_logprobs: dict[str, tuple[int, list[TokenLogprob]]] = field(default_factory=dict)
     """Per request that asked: its first position this step and one entry per position."""
     prepare_s: float = 0.0
@@ -67,6 +72,8 @@ class PendingStep:
     prompt_logprobs: PromptLogprobs | None = None
     num_experts_touched: int | torch.Tensor = 0
     """An MoE step's touched (layer, expert) pairs: an int, or a host copy on its way."""
+    draft_request_ids: list[str] = field(default_factory=list)
+    """The request of each row after the sampled ones: a verify chunk's draft positions."""
 
     @classmethod
     def start(
@@ -79,6 +86,7 @@ class PendingStep:
         events: StepEvents | None,
         prompt_logprobs: PromptLogprobs | None = None,
         num_experts_touched: int | torch.Tensor = 0,
+        draft_request_ids: list[str] | None = None,
     ) -> PendingStep:
         """Queue the copy of `sample` to pinned host memory and mark the step's end.
 
@@ -98,6 +106,7 @@ class PendingStep:
         return cls(
             request_ids, batch, sample, host_sample, prepare_s, launch_s, events, prompt_logprobs,
             num_experts_touched,
+            draft_request_ids or [],
         )  # fmt: skip
 
     def resolve(self) -> RunnerOutput:
@@ -121,6 +130,8 @@ class PendingStep:
             sample_s=read_until - read_from,
             num_experts_touched=int(self.num_experts_touched),
         )
+        if self.draft_request_ids:
+            self._add_verified(output, result)
         if self.prompt_logprobs is not None:
             output.prompt_logprobs = self.prompt_logprobs.read()
         if self.events is not None:
@@ -129,6 +140,25 @@ class PendingStep:
             if events.previous_done is not None:
                 output.device_gap_s = events.previous_done.elapsed_time(events.started) / 1000
         return output
+
+    def _add_verified(self, output: RunnerOutput, result: SamplerOutput) -> None:
+        """Group the draft positions' samples (rows after the sampled ones) by request,
+        each list ending with the request's sampled row (its last position)."""
+        num_sampled = len(self.request_ids)
+        verified = output.verified_token_ids
+        verified_logprobs = output.verified_logprobs
+        for request_id, token_id, logprob in zip(
+            self.draft_request_ids,
+            result.token_ids[num_sampled:],
+            result.logprobs[num_sampled:],
+        ):
+            verified.setdefault(request_id, []).append(token_id)
+            if logprob is not None:
+                verified_logprobs.setdefault(request_id, []).append(logprob)
+        for request_id, token_ids in verified.items():
+            token_ids.append(output.sampled_token_ids[request_id])
+            if request_id in verified_logprobs:
+                verified_logprobs[request_id].append(output.logprobs[request_id])
 
 
 def _to_pinned_host(tensor: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,9 @@ O(tokens + requests), never O(requests x blocks).
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -72,6 +75,8 @@ def build_step_batch(
     logits_rows: list[int] = list(range(num_decodes))
     width = int(persistent.num_blocks[decode_rows].max()) if num_decodes else 1
     spans: list[PromptLogprobSpan] = []
+    draft_rows: list[int] = []
+    draft_indices: list[int] = []
     for index in prefill_order:
         chunk = chunks[index]
         start = chunk.num_computed_tokens
@@ -100,13 +105,17 @@ def build_step_batch(
         if chunk.is_sampling:
             sampling_indices.append(index)
             logits_rows.append(num_decodes + len(input_ids) - 1)
+            if chunk.num_draft_tokens:  # a verify chunk: sampled at every position
+                first_row = num_decodes + len(input_ids) - chunk.num_new_tokens
+                draft_rows.extend(range(first_row, first_row + chunk.num_draft_tokens))
+                draft_indices.extend([index] * chunk.num_draft_tokens)
 
     num_tokens = num_decodes + len(input_ids)
     ids, positions_t, slots_t, logits_t, dst, src = arrays_to_device([
         np.concatenate([tokens_np, np.array(input_ids, dtype=np.int64)]),
         np.concatenate([positions_np, np.array(positions, dtype=np.int64)]),
         np.concatenate([slots_np, np.array(slots, dtype=np.int64)]),
-        np.array(logits_rows, dtype=np.int64),
+        np.array(logits_rows + draft_rows, dtype=np.int64),
         np.array(pending_rows, dtype=np.int64),
         np.array(pending_sources, dtype=np.int64),
     ], np.int64, persistent.device)  # fmt: skip
@@ -145,6 +154,7 @@ def build_step_batch(
         logits_indices=logits_t,
         sampling_request_indices=sampling_indices,
         prompt_logprob_spans=spans,
+        draft_request_indices=draft_indices,
     )
 
 
@@ -241,17 +251,22 @@ def fill_decode_buffers(
 
 
 def build_step_sampling_batch(
-    chunks: list[ScheduledChunk], persistent: PersistentBatch, state: SamplingState
+    chunks: list[ScheduledChunk],
+    persistent: PersistentBatch,
+    state: SamplingState,
+    draft_chunks: Sequence[ScheduledChunk] = (),
 ) -> SamplingBatch:
     """The sampling batch of the step's sampling chunks: O(1) when every row is an argmax.
 
     The persistent batch records, when a request joins, whether its sampling is more than
     an argmax; only then are parameters packed, from the requests' kept state, each row's
-    output count set to what it has before this step's sample.
+    output count set to what it has before this step's sample. `draft_chunks` name the
+    verify chunk of each row after those (`InputBatch.draft_request_indices`): such a row
+    samples the output at its position, with that output's seed and min_tokens rule.
     """
     special = persistent.sampled_request_ids
     if not special or not any(chunk.request_id in special for chunk in chunks):
-        return greedy_sampling_batch(len(chunks), state.vocab_size)
+        return greedy_sampling_batch(len(chunks) + len(draft_chunks), state.vocab_size)
     rows = []
     for chunk in chunks:
         row = persistent.state_of(chunk.request_id)
@@ -259,4 +274,11 @@ def build_step_sampling_batch(
             chunk.num_computed_tokens + chunk.num_new_tokens - row.num_prompt_tokens
         )
         rows.append(row)
+    offset, previous = 0, None
+    for chunk in draft_chunks:
+        offset = offset + 1 if chunk is previous else 0
+        previous = chunk
+        row = persistent.state_of(chunk.request_id)
+        num_before = chunk.num_computed_tokens + 1 + offset - row.num_prompt_tokens
+        rows.append(dataclasses.replace(row, num_output_tokens=num_before))
     return build_sampling_batch(rows, state.vocab_size, state.device, state)

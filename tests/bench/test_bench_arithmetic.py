@@ -12,6 +12,7 @@ from llmd.bench.arrivals import arrival_offsets, parse_rate
 from llmd.bench.datasets import (
     multi_turn_sessions,
     random_sessions,
+    repeat_sessions,
     shared_prefix_sessions,
     sharegpt_sessions,
 )
@@ -178,6 +179,12 @@ def test_datasets_are_seeded_and_shaped():
     assert all(len(p) == 12 for p in prompts)
     chats = multi_turn_sessions(3, 4, 5, 2, vocab_size=500, seed=0)
     assert [len(s.turns) for s in chats] == [4, 4, 4]
+    repeats = repeat_sessions(3, 12, 20, seed=4)
+    assert repeats == repeat_sessions(3, 12, 20, seed=4)
+    turn = repeats[0].turns[0]
+    passage = turn.prompt.split("\n\n")[1]
+    assert len(passage.split()) == 12 and turn.max_tokens == 20 and not turn.prompt_token_ids
+    assert passage != repeats[1].turns[0].prompt.split("\n\n")[1]
 
 
 def test_sharegpt_json_and_jsonl(tmp_path):

@@ -13,6 +13,7 @@ from llmd.engine.request import PENDING_TOKEN_ID, FinishReason
 from llmd.engine.scheduler_output import ScheduledChunk, SchedulerOutput
 from llmd.engine.step_result import request_updates
 from llmd.outputs import TokenLogprob
+from llmd.runner.pending_step import RunnerOutput
 from tests.engine.factories import assert_idle_and_clean, make_request, make_scheduler
 
 STOP_TOKEN = 13
@@ -107,7 +108,8 @@ def test_updates_give_each_token_and_each_end_exactly_once():
                             ScheduledChunk(stopped, 1, True)])  # fmt: skip
     logprob = TokenLogprob(7, -0.5, 1, (7,), (-0.5,))
     ended_before, reported_ended = {"aborted", "reported"}, {"reported"}
-    updates, ended = request_updates(plan, {"sampling": logprob}, ended_before, reported_ended)
+    output = RunnerOutput({}, logprobs={"sampling": logprob})
+    updates, ended = request_updates(plan, output, ended_before, reported_ended)
     got = [(u.request.request_id, u.new_token_ids, u.new_logprobs) for u in updates]
     assert got == [("sampling", [7], [logprob]), ("aborted", [], None), ("stopped", [7], None)]
     assert ended == {"stopped"}

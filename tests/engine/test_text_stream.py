@@ -55,3 +55,16 @@ def test_an_ending_token_is_left_out_of_the_text():
     detokenizer = ScriptedDetokenizer([DetokenizerDelta("x")])
     TextStream(detokenizer).advance([7], is_finished=True, is_ended_on_token=True)
     assert detokenizer.exclude_last_seen == [True]
+
+
+def test_a_run_of_tokens_goes_in_one_at_a_time_and_a_stop_keeps_its_tokens_only():
+    """A speculative step's accepted run: the stop string's token is the last one kept."""
+    deltas = [DetokenizerDelta("a"), DetokenizerDelta("b", stop_string="S")]
+    detokenizer = ScriptedDetokenizer(deltas + [DetokenizerDelta("never")])
+    step = TextStream(detokenizer).advance([1, 2, 3, 4], is_finished=True, is_ended_on_token=True)
+    assert (step.text, step.stop_string, step.num_tokens_kept) == ("ab", "S", 2)
+    assert detokenizer.exclude_last_seen == [False, False]  # the ending token was not reached
+    detokenizer = ScriptedDetokenizer([DetokenizerDelta("x"), DetokenizerDelta("y")], "z")
+    step = TextStream(detokenizer).advance([1, 2], is_finished=True, is_ended_on_token=True)
+    assert (step.text, step.stop_string, step.num_tokens_kept) == ("xyz", None, 2)
+    assert detokenizer.exclude_last_seen == [False, True]  # only the run's last token ends it

@@ -38,3 +38,21 @@ def test_triton_backend_greedy_matches_hf(tiny_model_dir):
     assert llm.engine.runner.backend.name == "triton"
     params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
     assert [out.token_ids for out in llm.generate(prompts, params)] == expected
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="interpreter mode is off on CUDA machines; see tests/runner"
+)
+def test_triton_backend_verifies_drafts_with_the_same_greedy_output(tiny_model_dir):
+    """Verify chunks (a decode plus drafts: several query tokens over a cached context)."""
+    from tests.oracle_proposer import OracleProposer
+
+    prompts = [[5, 17, 33, 2, 90, 41, 7], [8, 9, 10, 11, 12, 13]]
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    kwargs = dict(device="cpu", attention_backend="triton", num_blocks=32, block_size=4)
+    want = [out.token_ids for out in LLM(str(tiny_model_dir), **kwargs).generate(prompts, params)]
+    llm = LLM(str(tiny_model_dir), speculative_method="ngram", num_speculative_tokens=3, **kwargs)
+    speculator = llm.engine.scheduler.speculator
+    speculator.proposer = OracleProposer(prompts, want, period=3)
+    assert [out.token_ids for out in llm.generate(prompts, params)] == want
+    assert 0 < speculator.totals.num_accepted_tokens < speculator.totals.num_draft_tokens

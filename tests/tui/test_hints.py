@@ -12,6 +12,7 @@ from llmd.tui.top.hints import (
     kv_full_with_preemptions,
     prefill_starving_decode,
     queue_growing,
+    speculation_not_paying,
     waiting_on_kv_blocks,
     waiting_on_max_num_seqs,
     waiting_on_token_budget,
@@ -22,6 +23,7 @@ from llmd.tui.top.view import (
     LatencyView,
     QueueView,
     StepView,
+    ThroughputView,
     TopView,
 )
 from tests.tui.sample_snapshots import busy_snapshot, request_row
@@ -149,3 +151,16 @@ def test_kv_blocks_has_its_hint_only_while_the_cache_is_not_full():
     full = with_(held, kv={"num_used": 98, "num_free": 2, "usage": 0.98}, queue={"waiting": 3})
     assert waiting_on_kv_blocks(full) is None
     assert "the queue's head waiting on kv_blocks" in kv_full_with_preemptions(full).message
+
+
+def test_low_acceptance_at_a_large_batch_says_speculation_does_not_pay():
+    def speculating(rate: float, running: int) -> TopView:
+        throughput = ThroughputView(spec_acceptance_rate=rate, spec_mean_acceptance_length=1.5)
+        return dataclasses.replace(with_(CALM, queue={"running": running}), throughput=throughput)
+
+    assert speculation_not_paying(CALM) is None  # no speculation
+    hint = speculation_not_paying(speculating(0.2, 16))
+    assert hint is not None and "20%" in hint.message and "16 running" in hint.message
+    assert speculation_not_paying(speculating(0.35, 16)) is None  # enough accepted
+    assert speculation_not_paying(speculating(0.2, 4)) is None  # spare compute at batch 4
+    assert speculation_not_paying(speculating(0.05, 1)) is not None  # almost none pass

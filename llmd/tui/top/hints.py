@@ -30,6 +30,12 @@ LOW_EFFICIENCY = 0.2
 """Below this share of peak bandwidth, a busy engine counts as inefficient."""
 WAIT_MIN_S = 0.5
 """Seconds a request must have waited before what holds it counts as a bottleneck."""
+LOW_ACCEPTANCE = 0.3
+"""Share of draft tokens accepted below which speculation does not pay at a large batch."""
+SPEC_LARGE_BATCH = 8
+"""Running requests from which a step has little spare compute for rejected drafts."""
+USELESS_ACCEPTANCE = 0.1
+"""Share accepted below which speculation does not pay at any batch."""
 
 
 def kv_occupancy(view: TopView) -> float | None:
@@ -195,6 +201,24 @@ def waiting_on_kv_blocks(view: TopView) -> Hint | None:
     )
 
 
+def speculation_not_paying(view: TopView) -> Hint | None:
+    """Speculative decoding scores drafts that are mostly rejected: at a large batch (or
+    at any batch when almost none pass) the verify tokens cost more than they save."""
+    rate = view.throughput.spec_acceptance_rate
+    if rate is None:
+        return None
+    running = view.queue.running
+    if rate >= LOW_ACCEPTANCE or (running < SPEC_LARGE_BATCH and rate >= USELESS_ACCEPTANCE):
+        return None
+    length = view.throughput.spec_mean_acceptance_length or 1.0
+    return Hint(
+        "speculation",
+        f"Speculative decoding accepts {fmt_percent(rate)} of its drafts ({length:.2f} tokens "
+        f"per verify step) with {running} running: lower --num-speculative-tokens, or drop "
+        "--speculative-method for this workload.",
+    )
+
+
 HINT_RULES: tuple[Callable[[TopView], Hint | None], ...] = (
     kv_full_with_preemptions,
     waiting_on_kv_blocks,
@@ -204,6 +228,7 @@ HINT_RULES: tuple[Callable[[TopView], Hint | None], ...] = (
     prefill_starving_decode,
     host_gaps,
     busy_but_inefficient,
+    speculation_not_paying,
 )
 
 

@@ -312,4 +312,12 @@ class TopModel:
             generation_history=tuple(self.history["generation_per_s"]),
             total_prompt_tokens=totals.prompt_tokens,
             total_generation_tokens=totals.generation_tokens,
+            spec_acceptance_rate=(
+                totals.spec_accepted_tokens / totals.spec_draft_tokens
+                if totals.spec_draft_tokens
+                else None
+            ),
+            spec_mean_acceptance_length=(
+                1 + totals.spec_accepted_tokens / totals.spec_drafts if totals.spec_drafts else None
+            ),
         )

@@ -94,6 +94,10 @@ class ThroughputView:
     generation_history: tuple[float, ...] = ()
     total_prompt_tokens: int = 0
     total_generation_tokens: int = 0
+    spec_acceptance_rate: float | None = None
+    """Speculative decoding since start: accepted / draft tokens (None: no draft yet)."""
+    spec_mean_acceptance_length: float | None = None
+    """Tokens a verify step emitted on average: 1 + accepted / drafts."""
 
 
 @dataclass(frozen=True)

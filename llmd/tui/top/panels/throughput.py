@@ -38,6 +38,14 @@ class ThroughputPanel(Panel):
             Text(f"{'requests'.ljust(label_width)}{fmt_number(throughput.requests_per_s):>5} /s",
                  style="dim")
         )  # fmt: skip
+        if throughput.spec_mean_acceptance_length is not None:
+            lines.append(
+                Text(
+                    f"{'spec'.ljust(label_width)}{fmt_percent(throughput.spec_acceptance_rate)} "
+                    f"accepted · {throughput.spec_mean_acceptance_length:.2f} tok/verify",
+                    style="dim",
+                )
+            )
         if self.screen.has_class("-narrow"):
             lines += self._efficiency_lines(view)
         lines.append(

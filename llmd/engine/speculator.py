@@ -1,0 +1,188 @@
+"""Speculative decoding in the scheduler: which requests draft, how many tokens, what is kept.
+
+A decoding request may get `1 + k` tokens in a step: its last sampled token plus k drafts
+from a proposer. The runner samples the target at each of those positions as usual; a
+draft token is accepted while it equals the target's sample at its position, and the first
+sample that differs (or the one after the last draft) is emitted too. With a one-hot draft
+this is exact rejection sampling (accepted with probability p(draft), otherwise a sample
+from p with the draft removed), so the output distribution is the target's at any
+temperature, and greedy or seeded output is the same token for token. Pure Python.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from llmd.engine.request import FinishReason, Request
+from llmd.engine.scheduler_output import PENDING_TOKEN_ID, ScheduledChunk
+from llmd.engine.spec_decode_counts import SpecDecodeCounts
+from llmd.engine.stop_rules import check_stop
+
+if TYPE_CHECKING:
+    from llmd.config import EngineConfig
+    from llmd.engine.block_manager import BlockManager
+
+logger = logging.getLogger(__name__)
+
+NO_DRAFT: list[int] = []
+"""Shared by the (many) requests that draft nothing in a step; never mutated."""
+MAX_DRAFT_BACKOFF = 32
+"""Most output tokens a request decodes plainly after drafts that were all rejected: its
+text does not repeat (yet), and each rejected draft costs a verify step's extra tokens."""
+
+
+class DraftProposer(Protocol):
+    """Where draft tokens come from (`llmd.spec.ngram_proposer.NgramProposer`)."""
+
+    def propose(self, token_ids: Sequence[int], max_num_tokens: int) -> list[int]:
+        """Up to `max_num_tokens` guesses of the tokens after `token_ids`."""
+        ...
+
+
+def accepted_run(draft_ids: Sequence[int], sampled_ids: Sequence[int]) -> list[int]:
+    """The tokens a verify step emits: samples while each equals the draft token at its
+    position, then the first one that differs (or the bonus after the last draft).
+
+    `sampled_ids` has one more entry than `draft_ids`: sample j was taken after the chunk's
+    first j + 1 tokens, so it is the target's choice where draft token j stands.
+    """
+    num_accepted = 0
+    for draft_id, sampled_id in zip(draft_ids, sampled_ids):
+        if draft_id != sampled_id:
+            break
+        num_accepted += 1
+    return list(sampled_ids[: num_accepted + 1])
+
+
+class Speculator:
+    """Drafts tokens for eligible decoding requests and applies their verified runs."""
+
+    def __init__(
+        self, proposer: DraftProposer, num_speculative_tokens: int, max_model_len: int
+    ) -> None:
+        self.proposer = proposer
+        self.num_speculative_tokens = num_speculative_tokens
+        self.max_model_len = max_model_len
+        self.totals = SpecDecodeCounts()
+        """Counts since start (or the last reset)."""
+        self.step_counts = SpecDecodeCounts()
+        """Counts of the steps applied since `take_step_counts` last ran."""
+
+    def can_speculate(self, request: Request) -> bool:
+        """Whether the request may draft: opted in, no penalties and no grammar (their state
+        would have to advance along the draft), and its last token already known."""
+        params = request.sampling_params
+        return (
+            params.can_speculate
+            and not params.has_penalties
+            and params.structured_outputs is None
+            and request.grammar is None
+            and request.all_token_ids[-1] != PENDING_TOKEN_ID
+        )
+
+    def drafts_for(self, request: Request, budget: int) -> list[int]:
+        """Draft tokens for a decoding request's step, within the token budget, max_tokens
+        and max_model_len (its verified run never passes either); often none."""
+        if request.num_output_tokens < request.no_draft_until or not self.can_speculate(request):
+            return NO_DRAFT
+        num_tokens = min(
+            self.num_speculative_tokens,
+            budget - 1,
+            request.sampling_params.max_tokens - request.num_output_tokens - 1,
+            self.max_model_len - request.num_tokens - 1,
+        )
+        if num_tokens <= 0:
+            return NO_DRAFT
+        return self.proposer.propose(request.all_token_ids, num_tokens)[:num_tokens]
+
+    def allocate_drafts(
+        self, request: Request, budget: int, block_manager: BlockManager, num_reserved_blocks: int
+    ) -> list[int]:
+        """A decode's drafts, with blocks for them and its last token allocated; none when
+        it drafts nothing or the pool cannot spare the blocks and `num_reserved_blocks`
+        more (it then decodes plainly): drafts never preempt anyone."""
+        draft_ids = self.drafts_for(request, budget)
+        if draft_ids and not block_manager.allocate_slots(
+            request, 1 + len(draft_ids), num_reserved_blocks=num_reserved_blocks
+        ):
+            return NO_DRAFT
+        return draft_ids
+
+    def apply_verified(
+        self,
+        chunk: ScheduledChunk,
+        sampled_ids: Sequence[int],
+        block_manager: BlockManager,
+        now: float,
+    ) -> tuple[FinishReason | None, int | None]:
+        """Keep a verify chunk's accepted run; returns the finish reason it ended with.
+
+        The chunk's input token and its accepted drafts have their K/V cached now, so
+        `num_computed_tokens` moves past them only: the rejected drafts' slots are written
+        over by the next step, and only full blocks of accepted tokens are cached. The run's
+        tokens are appended one at a time under the stop rules; none after a stop is kept.
+        """
+        request = chunk.request
+        assert request is not None  # the scheduler's own plans carry their requests
+        draft_ids = chunk.token_ids[1:]
+        run = accepted_run(draft_ids, sampled_ids)
+        num_accepted = len(run) - 1
+        self.step_counts.add_draft(len(draft_ids), num_accepted)
+        self.totals.add_draft(len(draft_ids), num_accepted)
+        request.num_draft_tokens += len(draft_ids)
+        request.num_accepted_tokens += num_accepted
+        request.num_drafts += 1
+        if num_accepted:
+            request.num_missed_drafts = 0
+        else:  # back off: 1, 2, 4, ... plain decodes after each miss in a row
+            request.num_missed_drafts += 1
+            backoff = min(1 << (request.num_missed_drafts - 1), MAX_DRAFT_BACKOFF)
+            request.no_draft_until = request.num_output_tokens + 1 + backoff
+        reason, stop_reason, num_kept = None, None, 0
+        for token_id in run:
+            request.append_token(token_id, now)
+            num_kept += 1
+            reason, stop_reason = check_stop(request, token_id, self.max_model_len)
+            if reason is not None:
+                break
+        # The input token and the drafts before the last kept token have their K/V now.
+        request.num_computed_tokens += num_kept
+        block_manager.cache_full_blocks(request)
+        return reason, stop_reason
+
+    def take_step_counts(self) -> SpecDecodeCounts:
+        """The counts since the last call (one step's; the totals have them already)."""
+        counts, self.step_counts = self.step_counts, SpecDecodeCounts()
+        return counts
+
+    def reset_counters(self) -> None:
+        """Zero the totals (after a warm-up)."""
+        self.totals = SpecDecodeCounts()
+        self.step_counts = SpecDecodeCounts()
+
+
+def make_speculator(config: EngineConfig, max_model_len: int) -> Speculator | None:
+    """The speculator `config` asks for, or None when speculative decoding is off."""
+    if config.speculative_method is None:
+        return None
+    from llmd.spec.ngram_proposer import NgramProposer  # numpy: only when speculating
+
+    proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
+    return Speculator(proposer, config.num_speculative_tokens, max_model_len)
+
+
+def resolve_async_scheduling(config: EngineConfig, device_type: str) -> bool:
+    """Whether steps are pipelined: as configured (auto: on CUDA), never while speculating.
+
+    A verify step's accepted length is known only once its samples are read, so the next
+    plan cannot be made before; with speculative decoding every step is synchronous.
+    """
+    if config.speculative_method is not None:
+        if config.async_scheduling:
+            logger.warning("async scheduling is off: speculative decoding runs steps in turn")
+        return False
+    if config.async_scheduling is not None:
+        return config.async_scheduling
+    return device_type == "cuda"

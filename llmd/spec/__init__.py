@@ -1,0 +1,1 @@
+"""Speculative decoding's proposers: where draft tokens come from (numpy, no torch)."""

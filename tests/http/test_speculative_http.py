@@ -1,0 +1,70 @@
+"""`llmd serve --speculative-method ngram`: the same completions as without it, and the
+speculative-decoding counters on /metrics under vLLM's names."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.http.http_harness import DAEMON_ARGS, http_daemon
+
+SPEC_ARGS = [*DAEMON_ARGS, "--speculative-method", "ngram", "--num-speculative-tokens", "3",
+             "--prompt-lookup-min", "1", "--prompt-lookup-max", "3"]  # fmt: skip
+PROMPTS = [[20, 21, 22, 23, 24, 25] * 5, [40, 41, 40, 41, 40, 41, 42], list(range(50, 70))]
+
+
+@pytest.fixture(scope="module")
+def speculating_http(tiny_model_dir, tmp_path_factory):
+    with http_daemon(tiny_model_dir, tmp_path_factory.mktemp("http-spec"), SPEC_ARGS) as served:
+        yield served
+
+
+def _complete(served, prompt, **fields) -> dict:
+    body = {"prompt": prompt, "max_tokens": 20, "temperature": 0.0, "ignore_eos": True, **fields}
+    response = httpx.post(f"{served.v1}/completions", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    choice = response.json()["choices"][0]
+    return {"text": choice["text"], "finish_reason": choice["finish_reason"]}
+
+
+def _spec_samples(served) -> dict[tuple[str, str], float]:
+    text = httpx.get(f"{served.url}/metrics", timeout=10).text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("llmd:spec_decode") or sample.name.startswith(
+                "llmd:generation_tokens"
+            ):
+                samples[(sample.name, sample.labels.get("position", ""))] = sample.value
+    return samples
+
+
+def test_completions_match_the_daemon_without_speculation(served_http, speculating_http):
+    for prompt in PROMPTS:
+        want = _complete(served_http, prompt)
+        assert _complete(speculating_http, prompt) == want
+        stop = want["text"][len(want["text"]) // 2 :][:2]
+        if stop.strip():
+            stopped = _complete(served_http, prompt, stop=[stop], ignore_eos=False)
+            assert _complete(speculating_http, prompt, stop=[stop], ignore_eos=False) == stopped
+    samples = _spec_samples(speculating_http)
+    num_drafts = samples[("llmd:spec_decode_num_drafts_total", "")]
+    num_draft_tokens = samples[("llmd:spec_decode_num_draft_tokens_total", "")]
+    num_accepted = samples[("llmd:spec_decode_num_accepted_tokens_total", "")]
+    assert num_drafts > 0
+    assert num_accepted <= num_draft_tokens <= 3 * num_drafts
+    per_position = [v for (name, _), v in samples.items() if name.endswith("_per_pos_total")]
+    assert sum(per_position) == num_accepted
+
+
+def test_timings_carry_the_requests_own_acceptance(speculating_http):
+    body = {"prompt": PROMPTS[0], "max_tokens": 20, "temperature": 0.0, "ignore_eos": True,
+            "return_timings": True}  # fmt: skip
+    response = httpx.post(f"{speculating_http.v1}/completions", json=body, timeout=60)
+    timings = response.json()["choices"][0]["timings"]
+    num_drafts = timings["spec_num_drafts"]
+    assert num_drafts > 0
+    assert 0 <= timings["spec_num_accepted_tokens"] <= timings["spec_num_draft_tokens"]
+    want = 1 + timings["spec_num_accepted_tokens"] / num_drafts
+    assert timings["spec_mean_acceptance_length"] == pytest.approx(want)

@@ -1,0 +1,46 @@
+"""Speculative decoding's options: validated with typed errors naming the field, and flags."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from llmd.config import EngineConfig
+from llmd.errors import InvalidParameterError
+from llmd.sampling_params import SamplingParams
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"speculative_method": "eagle"}, "speculative_method"),
+        ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
+        ({"num_speculative_tokens": 17}, "num_speculative_tokens"),
+        ({"prompt_lookup_min": 0}, "prompt_lookup_min"),
+        ({"prompt_lookup_max": 2.5}, "prompt_lookup_max"),
+        ({"prompt_lookup_min": 5, "prompt_lookup_max": 3}, "prompt_lookup_min"),
+    ],
+)
+def test_bad_speculative_options_name_their_field(kwargs, field):
+    with pytest.raises(InvalidParameterError) as error:
+        EngineConfig(**{"speculative_method": "ngram", **kwargs})
+    assert error.value.parameter == field
+
+
+def test_speculation_is_off_by_default_and_requests_opt_in_by_default():
+    assert EngineConfig().speculative_method is None
+    assert SamplingParams().can_speculate is True
+    with pytest.raises(InvalidParameterError) as error:
+        SamplingParams(can_speculate="no")
+    assert error.value.parameter == "can_speculate"
+    assert SamplingParams.from_dict({"can_speculate": False}).can_speculate is False
+
+
+def test_the_serve_command_takes_the_speculative_flags():
+    from llmd.cli import main
+
+    result = CliRunner().invoke(main, ["serve", "--help"])
+    assert result.exit_code == 0
+    for flag in ("--speculative-method", "--num-speculative-tokens", "--prompt-lookup-min",
+                 "--prompt-lookup-max"):  # fmt: skip
+        assert flag in result.output
