@@ -40,4 +40,6 @@ def engine_facts(engine: LLMEngine) -> EngineFacts:
         attention_backend=runner.backend.name,
         async_scheduling=engine.async_scheduling,
         kv_cache_dtype=dtype_name(runner.kv_dtype),
+        quantization=runner.quantization,
+        weight_bytes=runner.weight_bytes,
     )

@@ -70,11 +70,17 @@ RECIPES: dict[str, Recipe] = {
 
 
 def write_quantized_pair(
-    root: pathlib.Path, arch: str, recipe_name: str, seed: int = 0
+    root: pathlib.Path,
+    arch: str,
+    recipe_name: str,
+    seed: int = 0,
+    dense_source: pathlib.Path | None = None,
 ) -> tuple[pathlib.Path, pathlib.Path]:
-    """(quantized checkpoint, dense checkpoint of its dequantized weights) of a tiny `arch`."""
+    """(quantized checkpoint, dense checkpoint of its dequantized weights) of a tiny `arch`,
+    or of `dense_source` (a float32 checkpoint, its tokenizer files copied along)."""
     recipe = RECIPES[recipe_name]
-    dense_source = make_tiny_checkpoint(arch, root / "source", seed=seed)
+    if dense_source is None:
+        dense_source = make_tiny_checkpoint(arch, root / "source", seed=seed)
     quantized, reference = root / "quantized", root / "reference"
     for target in (quantized, reference):
         shutil.copytree(dense_source, target)

@@ -45,6 +45,12 @@ class EngineFacts(WireData):
     kv_cache_dtype: str = field(default="", kw_only=True)
     """The KV cache's element type (float32, bfloat16, float8_e4m3fn); "" from a daemon
     that predates the field, whose cache held the model's dtype."""
+    quantization: str = field(default="", kw_only=True)
+    """The checkpoint's weight quantization (e.g. "compressed-tensors w4a16-g128"); "" for
+    dense weights or a daemon that predates the field."""
+    weight_bytes: int = field(default=0, kw_only=True)
+    """Bytes of the loaded weights (quantized codes and scales included); 0 from a daemon
+    that predates the field."""
 
     @property
     def kv_dtype(self) -> str:

@@ -75,6 +75,12 @@ def read_quantization_config(hf_config: Any) -> QuantizationConfig | None:
     )
 
 
+def quantization_name(hf_config: Any) -> str:
+    """The checkpoint's quantization as status shows it ("" for a dense checkpoint)."""
+    config = read_quantization_config(hf_config)
+    return "" if config is None else config.name
+
+
 def _refuse(field: str, value: Any, supported: str) -> UnsupportedQuantizationError:
     return UnsupportedQuantizationError(
         f"quantization_config.{field} = {value!r} is not supported (llmd reads {supported})",

@@ -21,6 +21,8 @@ from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.layers.kernel_config import KernelConfig, configure_kernels
 from llmd.layers.packed_linear import pack_linear_layers, warm_up_packed_linears
 from llmd.models.loader import ModelShape, load_model
+from llmd.quantization.quant_config import quantization_name
+from llmd.quantization.weight_bytes import model_weight_bytes
 from llmd.runner.cuda_graphs import (
     DecodeGraphRunner,
     estimate_graph_pool_bytes,
@@ -63,6 +65,8 @@ def has_kv_scales(model: torch.nn.Module) -> bool:
     """Whether the checkpoint gave every attention layer its fp8 KV scales."""
     flags = [module.has_kv_scales for module in model.modules() if hasattr(module, "has_kv_scales")]
     return bool(flags) and all(flags)
+
+
 MIB = 1024**2
 
 
@@ -101,6 +105,9 @@ class ModelRunner:
             torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else 0
         )
         self.model = load_model(model_path, hf_config, self.backend, self.dtype, self.device)
+        self.quantization = quantization_name(hf_config)
+        """The checkpoint's quantization ("" when dense), e.g. "awq w4a16-g128"."""
+        self.weight_bytes = model_weight_bytes(self.model)
         if self.kv_dtype == torch.float8_e4m3fn and not has_kv_scales(self.model):
             logger.warning(
                 "fp8 KV cache with k/v scales of 1.0 (the checkpoint gives none): keys and "
