@@ -72,34 +72,37 @@ RECIPES: dict[str, Recipe] = {
 def write_quantized_pair(
     root: pathlib.Path,
     arch: str,
-    recipe_name: str,
+    recipe: str | Recipe,
     seed: int = 0,
     dense_source: pathlib.Path | None = None,
+    write_reference: bool = True,
 ) -> tuple[pathlib.Path, pathlib.Path]:
     """(quantized checkpoint, dense checkpoint of its dequantized weights) of a tiny `arch`,
-    or of `dense_source` (a float32 checkpoint, its tokenizer files copied along)."""
-    recipe = RECIPES[recipe_name]
+    or of `dense_source` (its tokenizer files copied along), under `root`."""
+    recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
     if dense_source is None:
         dense_source = make_tiny_checkpoint(arch, root / "source", seed=seed)
     quantized, reference = root / "quantized", root / "reference"
-    for target in (quantized, reference):
-        shutil.copytree(dense_source, target)
-    tensors = load_file(str(dense_source / "model.safetensors"))
+    ignored = ("*.safetensors", "*.safetensors.index.json")
+    for target in (quantized, reference) if write_reference else (quantized,):
+        shutil.copytree(dense_source, target, ignore=shutil.ignore_patterns(*ignored))
     quantized_tensors, reference_tensors = {}, {}
-    for name, tensor in tensors.items():
-        module = name.removesuffix(".weight")
-        if not (name.endswith(".weight") and module.rsplit(".", 1)[-1] in PROJECTIONS):
-            quantized_tensors[name] = reference_tensors[name] = tensor
-            continue
-        # Act-order permutes by the input's statistics: q/k/v (and gate/up) share one input.
-        input_name = module.replace("k_proj", "q_proj").replace("v_proj", "q_proj")
-        input_name = input_name.replace("up_proj", "gate_proj")
-        generator = torch.Generator().manual_seed(seed + sum(map(ord, input_name)))
-        stored, dequantized = quantize_module(tensor, recipe, generator)
-        quantized_tensors.update({f"{module}.{suffix}": value for suffix, value in stored.items()})
-        reference_tensors[name] = dequantized
+    for file in sorted(dense_source.glob("*.safetensors")):
+        for name, tensor in load_file(str(file)).items():
+            module = name.removesuffix(".weight")
+            if not (name.endswith(".weight") and module.rsplit(".", 1)[-1] in PROJECTIONS):
+                quantized_tensors[name] = reference_tensors[name] = tensor
+                continue
+            # Act-order permutes by the input's statistics: q/k/v (and gate/up) share one.
+            input_name = module.replace("k_proj", "q_proj").replace("v_proj", "q_proj")
+            input_name = input_name.replace("up_proj", "gate_proj")
+            generator = torch.Generator().manual_seed(seed + sum(map(ord, input_name)))
+            stored, dequantized = quantize_module(tensor.float(), recipe, generator)
+            quantized_tensors.update({f"{module}.{key}": value for key, value in stored.items()})
+            reference_tensors[name] = dequantized
     save_file(quantized_tensors, str(quantized / "model.safetensors"), {"format": "pt"})
-    save_file(reference_tensors, str(reference / "model.safetensors"), {"format": "pt"})
+    if write_reference:
+        save_file(reference_tensors, str(reference / "model.safetensors"), {"format": "pt"})
     config = json.loads((quantized / "config.json").read_text())
     config["quantization_config"] = quantization_config(recipe)
     (quantized / "config.json").write_text(json.dumps(config, indent=2))
