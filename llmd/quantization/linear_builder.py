@@ -24,10 +24,12 @@ def build_linear(
     bias: torch.Tensor | None,
     dtype: torch.dtype,
     device: torch.device,
+    is_dense: bool = False,
 ) -> tuple[nn.Module, str]:
-    """The layer for the rows of `shards` stacked, and its kind ("int4", "int8", "dense")."""
+    """The layer for the rows of `shards` stacked, and its kind ("int4", "int8", "dense");
+    always dense when `is_dense`."""
     combined = None
-    if all(isinstance(shard, GroupedIntWeight) for shard in shards):
+    if not is_dense and all(isinstance(shard, GroupedIntWeight) for shard in shards):
         combined = concat_rows([shard for shard in shards if isinstance(shard, GroupedIntWeight)])
     if combined is not None and can_run_int4(combined, device):
         return Int4Linear(combined, _on(bias, device), dtype).to(device), "int4"

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llmd.errors import UnsupportedQuantizationError
+from llmd.errors import InvalidParameterError, UnsupportedQuantizationError
 from llmd.quantization.weight_scheme import FLOAT_FORMATS, INT_FORMATS, STRATEGIES, WeightScheme
 
 SUPPORTED_METHODS = ("compressed-tensors", "awq", "gptq")
@@ -75,10 +75,36 @@ def read_quantization_config(hf_config: Any) -> QuantizationConfig | None:
     )
 
 
-def quantization_name(hf_config: Any) -> str:
+DEQUANTIZE = "dequantize"
+"""The `--quantization` choice that reads quantized weights and runs them dense."""
+
+
+def checked_quantization_config(
+    hf_config: Any, requested: str = "auto"
+) -> QuantizationConfig | None:
+    """The checkpoint's quantization, refusing a `--quantization` method it does not have."""
+    config = read_quantization_config(hf_config)
+    if requested in ("auto", DEQUANTIZE):
+        if requested == DEQUANTIZE and config is None:
+            raise InvalidParameterError(
+                "dequantize needs a quantized checkpoint; this one is dense", "quantization"
+            )
+        return config
+    found = "dense" if config is None else f"quantized with {config.method}"
+    if config is None or config.method != requested:
+        raise InvalidParameterError(
+            f"the checkpoint is {found}, not {requested} (auto follows the checkpoint)",
+            "quantization",
+        )
+    return config
+
+
+def quantization_name(hf_config: Any, requested: str = "auto") -> str:
     """The checkpoint's quantization as status shows it ("" for a dense checkpoint)."""
     config = read_quantization_config(hf_config)
-    return "" if config is None else config.name
+    if config is None:
+        return ""
+    return f"{config.name} ({DEQUANTIZE}d)" if requested == DEQUANTIZE else config.name
 
 
 def _refuse(field: str, value: Any, supported: str) -> UnsupportedQuantizationError:

@@ -42,8 +42,10 @@ TIED_HEAD = "lm_head"
 class QuantizedLoader:
     """Slots, intercepted tensors and the installed layers of one model's load."""
 
-    def __init__(self, config: QuantizationConfig) -> None:
+    def __init__(self, config: QuantizationConfig, is_dequantizing: bool = False) -> None:
         self.config = config
+        self.is_dequantizing = is_dequantizing
+        """Run every quantized linear dense (`--quantization dequantize`)."""
         self.tensors: dict[str, ModuleTensors] = {}
         """HF module name -> its quantized tensors, for every shard of every slot."""
         self.schemes: dict[str, WeightScheme] = {}
@@ -127,7 +129,7 @@ class QuantizedLoader:
         for name, slot in slots:
             shards = [self.read(hf_name) for hf_name in slot.shard_names]
             bias = None if slot.bias is None else slot.bias.detach()
-            layer, kind = build_linear(shards, bias, dtype, device)
+            layer, kind = build_linear(shards, bias, dtype, device, self.is_dequantizing)
             parent_name, _, child_name = name.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, child_name, layer)
             self.kinds[kind] += 1

@@ -104,8 +104,10 @@ class ModelRunner:
         self.free_bytes_at_start = (
             torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else 0
         )
-        self.model = load_model(model_path, hf_config, self.backend, self.dtype, self.device)
-        self.quantization = quantization_name(hf_config)
+        self.model = load_model(
+            model_path, hf_config, self.backend, self.dtype, self.device, config.quantization
+        )
+        self.quantization = quantization_name(hf_config, config.quantization)
         """The checkpoint's quantization ("" when dense), e.g. "awq w4a16-g128"."""
         self.weight_bytes = model_weight_bytes(self.model)
         if self.kv_dtype == torch.float8_e4m3fn and not has_kv_scales(self.model):

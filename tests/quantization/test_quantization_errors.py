@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from llmd.attention.torch_backend import TorchAttentionBackend
 from llmd.errors import UnsupportedModelError, UnsupportedQuantizationError
 from llmd.models.loader import load_hf_config, load_model
-from llmd.quantization.quant_config import read_quantization_config
+from llmd.quantization.quant_config import quantization_name, read_quantization_config
 from tests.quantized_checkpoints import write_quantized_pair
 
 
@@ -138,3 +138,29 @@ def test_dense_configs_have_no_quantization_and_awq_skips_named_modules():
     assert config.scheme_for("model.layers.2.mlp.down_proj") is None
     assert config.scheme_for("model.layers.2.mlp.up_proj") is not None
     assert config.scheme_for("lm_head") is None
+
+
+def test_the_quantization_override_must_match_the_checkpoint(tmp_path):
+    from llmd.config import EngineConfig
+    from llmd.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="quantization: must be one of auto"):
+        EngineConfig(model="m", quantization="bitsandbytes")
+    quantized, reference = write_quantized_pair(tmp_path, "llama", "w4a16-g32")
+    backend, cpu = TorchAttentionBackend(), torch.device("cpu")
+    hf_config = load_hf_config(quantized)
+    with pytest.raises(InvalidParameterError, match="quantized with compressed-tensors, not awq"):
+        load_model(quantized, hf_config, backend, torch.float32, cpu, "awq")
+    with pytest.raises(InvalidParameterError, match="dequantize needs a quantized checkpoint"):
+        load_model(reference, load_hf_config(reference), backend, torch.float32, cpu, "dequantize")
+    model = load_model(quantized, hf_config, backend, torch.float32, cpu, "compressed-tensors")
+    assert type(model.model.layers[0].mlp.down_proj).__name__ == "Int4Linear"
+    dense = load_model(quantized, hf_config, backend, torch.float32, cpu, "dequantize")
+    down = dense.model.layers[0].mlp.down_proj
+    assert type(down) is torch.nn.Linear
+    reference_weight = load_file(str(reference / "model.safetensors"))
+    expected = reference_weight["model.layers.0.mlp.down_proj.weight"]
+    assert torch.equal(down.weight, expected)  # the codes times their scales, exactly
+    assert (
+        quantization_name(hf_config, "dequantize") == "compressed-tensors w4a16-g32 (dequantized)"
+    )
