@@ -36,6 +36,8 @@ class Recipe:
     is_symmetric: bool = True
     act_order: bool = False
     has_input_activations: bool = False
+    quantizes_head: bool = False
+    """Quantize lm_head too (compressed-tensors without "lm_head" in `ignore`)."""
 
 
 RECIPES: dict[str, Recipe] = {
@@ -76,12 +78,13 @@ def write_quantized_pair(
     seed: int = 0,
     dense_source: pathlib.Path | None = None,
     write_reference: bool = True,
+    **config_overrides: object,
 ) -> tuple[pathlib.Path, pathlib.Path]:
     """(quantized checkpoint, dense checkpoint of its dequantized weights) of a tiny `arch`,
     or of `dense_source` (its tokenizer files copied along), under `root`."""
     recipe = RECIPES[recipe] if isinstance(recipe, str) else recipe
     if dense_source is None:
-        dense_source = make_tiny_checkpoint(arch, root / "source", seed=seed)
+        dense_source = make_tiny_checkpoint(arch, root / "source", seed=seed, **config_overrides)
     quantized, reference = root / "quantized", root / "reference"
     ignored = ("*.safetensors", "*.safetensors.index.json")
     for target in (quantized, reference) if write_reference else (quantized,):
@@ -90,7 +93,10 @@ def write_quantized_pair(
     for file in sorted(dense_source.glob("*.safetensors")):
         for name, tensor in load_file(str(file)).items():
             module = name.removesuffix(".weight")
-            if not (name.endswith(".weight") and module.rsplit(".", 1)[-1] in PROJECTIONS):
+            is_head = name == "lm_head.weight" and recipe.quantizes_head
+            if not is_head and not (
+                name.endswith(".weight") and module.rsplit(".", 1)[-1] in PROJECTIONS
+            ):
                 quantized_tensors[name] = reference_tensors[name] = tensor
                 continue
             # Act-order permutes by the input's statistics: q/k/v (and gate/up) share one.
@@ -242,7 +248,7 @@ def quantization_config(recipe: Recipe) -> dict:
         "quant_method": "compressed-tensors",
         "format": recipe.format,
         "config_groups": {"group_0": group},
-        "ignore": ["lm_head"],
+        "ignore": [] if recipe.quantizes_head else ["lm_head"],
         "kv_cache_scheme": None,
         "quantization_status": "compressed",
         "sparsity_config": {},

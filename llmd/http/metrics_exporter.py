@@ -47,6 +47,8 @@ _GAUGES: tuple[tuple[str, str, Reader], ...] = (
     ("num_requests_waiting_for_grammar",
      "Structured-output requests waiting for their grammar to compile.",
      lambda s: None if s.grammar is None else s.grammar.num_waiting),
+    ("model_weight_bytes", "Bytes of the loaded weights (quantized codes and scales included).",
+     lambda s: s.daemon.weight_bytes or None),
 )  # fmt: skip
 _COUNTERS: tuple[tuple[str, str, Reader], ...] = (
     ("prompt_tokens", "Prompt tokens computed (prefill).", lambda s: s.totals.prompt_tokens),
@@ -98,6 +100,13 @@ class SnapshotCollector(Collector):
                     family = family_class(self.prefix + name, doc, labels=labels)
                     family.add_metric(model, value)
                     yield family
+        quantization = GaugeMetricFamily(
+            self.prefix + "model_quantization_info",
+            "The weights' quantization as a label (none: dense weights); value 1.",
+            labels=[*labels, "quantization"],
+        )
+        quantization.add_metric([*model, self.snapshot.daemon.quantization or "none"], 1)
+        yield quantization
         totals = self.snapshot.totals
         success = CounterMetricFamily(
             self.prefix + "request_success",

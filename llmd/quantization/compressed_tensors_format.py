@@ -47,7 +47,12 @@ def read_compressed_tensors(
     offset = 1 << (scheme.num_bits - 1)
     if scheme.format == "pack-quantized":
         stored_shape = tensors.require("weight_shape", (torch.int64, torch.int32), (2,))
-        tensors.check_shape("weight_shape", torch.empty(stored_shape.tolist()), tensors.shape)
+        if tuple(stored_shape.tolist()) != tensors.shape:
+            raise UnsupportedQuantizationError(
+                f"checkpoint tensor {tensors.name('weight_shape')!r} says "
+                f"{tuple(stored_shape.tolist())}, expected {tensors.shape} from the config",
+                "model",
+            )
         words = -(-in_features * scheme.num_bits // 32)
         packed = tensors.require("weight_packed", (torch.int32,), (out_features, words))
         codes = unpack_int32(packed, scheme.num_bits)[:, :in_features]

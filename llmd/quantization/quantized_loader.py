@@ -86,7 +86,10 @@ class QuantizedLoader:
                 self.tensors[hf_name] = ModuleTensors(hf_name, (size, linear.in_features))
                 self.schemes[hf_name] = scheme
             if name == TIED_HEAD:
-                self.dense_heads.append(name)
+                if not getattr(model, "is_tied", False):  # a tied head has no tensors
+                    self.dense_heads.append(name)
+                else:
+                    del self.tensors[name], self.schemes[name]
                 continue
             setattr(parent, child_name, LinearSlot(linear, hf_names, sizes, scheme))
             num_slots += 1

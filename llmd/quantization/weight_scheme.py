@@ -47,8 +47,7 @@ class WeightScheme:
     def name(self) -> str:
         """A short name for logs and status: e.g. "w4a16-g128", "w8a16", "fp8-block"."""
         if self.is_float:
-            suffix = {"tensor": "", "channel": "-channel", "block": "-block"}.get(self.strategy)
-            return f"fp8{suffix if suffix is not None else '-' + self.strategy}"
+            return "fp8" if self.strategy == "tensor" else f"fp8-{self.strategy}"
         activations = "a8" if self.quantizes_activations else "a16"
         group = f"-g{self.group_size}" if self.strategy == "group" else ""
         return f"w{self.num_bits}{activations}{group}"

@@ -66,3 +66,24 @@ def test_status_names_the_quantization_and_the_weight_bytes():
     assert "weights   awq w4a16-g128, 96.3 MB" in format_status(report).splitlines()
     older = status_report(sample_snapshot(daemon=daemon_section(quantization="", weight_bytes=0)))
     assert "weights   dense, -" in format_status(older).splitlines()
+
+
+def test_metrics_name_the_quantization_and_the_weight_bytes():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from llmd.http import metrics_exporter
+
+    snapshot = sample_snapshot(
+        daemon=daemon_section(quantization="gptq w4a16-g128", weight_bytes=96_300_000)
+    )
+    text = metrics_exporter.render(snapshot).decode()
+    samples = {
+        sample.name: sample for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }  # fmt: skip
+    assert samples["llmd:model_weight_bytes"].value == 96_300_000
+    info = samples["llmd:model_quantization_info"]
+    assert info.value == 1 and info.labels["quantization"] == "gptq w4a16-g128"
+    dense = metrics_exporter.render(sample_snapshot(daemon=daemon_section(quantization="")))
+    assert 'quantization="none"' in dense.decode()
+    assert "llmd:model_weight_bytes" not in dense.decode()  # 0: a daemon that did not say

@@ -7,6 +7,7 @@ kernels are checked against code they share nothing with.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import pytest
@@ -197,3 +198,30 @@ def test_the_writer_follows_compressed_tensors_own_decompression(recipe):
     compressor = BaseCompressor.get_value_from_registry(RECIPES[recipe].format)
     decompressed = compressor.decompress(dict(stored), scheme)["weight"]
     assert torch.equal(decompressed, dequantized.to(decompressed.dtype))
+
+
+@pytest.mark.parametrize("recipe", ["w4a16-asym-g32", "awq-g32", "gptq-act-order-g32"])
+def test_qwen2s_qkv_biases_ride_along_with_the_quantized_projection(tmp_path, recipe):
+    quantized, reference = write_quantized_pair(tmp_path, "qwen2", recipe)
+    model, hf_config = load_llmd(quantized)
+    qkv = model.model.layers[0].self_attn.qkv_proj
+    assert type(qkv) is Int4Linear and qkv.bias is not None
+    token_ids = prompt(3)
+    expected = hf_reference_logits(reference, token_ids)
+    got = llmd_logits(model, hf_config, token_ids, torch.float32)
+    assert (got - expected).abs().max().item() < LOGITS_ATOL[torch.float32]
+
+
+@pytest.mark.parametrize("is_tied", [False, True])
+def test_a_quantized_output_head_is_read_dense_and_a_tied_one_is_left_alone(tmp_path, is_tied):
+    recipe = dataclasses.replace(RECIPES["w8a16-channel"], quantizes_head=True)
+    quantized, reference = write_quantized_pair(
+        tmp_path, "llama", recipe, tie_word_embeddings=is_tied
+    )
+    model, hf_config = load_llmd(quantized)
+    assert type(model.lm_head) is torch.nn.Linear
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == is_tied
+    token_ids = prompt(4)
+    expected = hf_reference_logits(reference, token_ids)
+    got = llmd_logits(model, hf_config, token_ids, torch.float32)
+    assert (got - expected).abs().max().item() < LOGITS_ATOL[torch.float32]
