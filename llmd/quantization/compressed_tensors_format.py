@@ -7,7 +7,7 @@
 - `int-quantized` / `naive-quantized`: `weight` as int8 codes, `weight_scale`, and
   `weight_zero_point` (int8) when asymmetric.
 - `float-quantized`: `weight` as float8_e4m3fn and `weight_scale` per tensor, row, group or
-  block; it is dequantized here (llmd has no CPU fp8 GEMM).
+  block: kept as e4m3 codes for `Fp8Linear` (CUDA) and dequantized for every other case.
 An optional `weight_g_idx` (older act-order checkpoints) gives each column's group.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from llmd.errors import UnsupportedQuantizationError
+from llmd.quantization.fp8_linear import Fp8Weight
 from llmd.quantization.grouped_weight import GroupedIntWeight
 from llmd.quantization.int_packing import unpack_int32
 from llmd.quantization.module_tensors import ModuleTensors
@@ -39,10 +40,10 @@ ZERO_POINT_DTYPES = (torch.int8, torch.int32, torch.int16)
 
 def read_compressed_tensors(
     tensors: ModuleTensors, scheme: WeightScheme
-) -> GroupedIntWeight | torch.Tensor:
-    """The layer's weight: integer codes with scales, or (fp8, int blocks) dense float32."""
+) -> GroupedIntWeight | Fp8Weight | torch.Tensor:
+    """The layer's weight: integer codes with scales, fp8 codes, or (int blocks) dense."""
     if scheme.is_float:
-        return dequantize_fp8(tensors, scheme)
+        return read_fp8(tensors, scheme)
     out_features, in_features = tensors.shape
     offset = 1 << (scheme.num_bits - 1)
     if scheme.format == "pack-quantized":
@@ -82,10 +83,15 @@ def read_compressed_tensors(
     )
 
 
-def dequantize_fp8(tensors: ModuleTensors, scheme: WeightScheme) -> torch.Tensor:
-    """[N, K] float32 from an fp8 `weight` and its scales (per tensor, row, group or block)."""
+def read_fp8(tensors: ModuleTensors, scheme: WeightScheme) -> Fp8Weight:
+    """An fp8 `weight` with its scales (per tensor, row, group or block), and dense."""
     weight = tensors.require("weight", (torch.float8_e4m3fn,), tensors.shape)
-    return weight.float() * full_scales(tensors, scheme)
+    dense = weight.float() * full_scales(tensors, scheme)
+    row_scales = None
+    if scheme.strategy in ("tensor", "channel"):
+        scales = row_group_tensor(tensors, "weight_scale", scheme, FLOAT_SCALE_DTYPES)
+        row_scales = scales.float().reshape(-1).contiguous()
+    return Fp8Weight(codes=weight, row_scales=row_scales, dense=dense)
 
 
 def _zero_points(

@@ -19,8 +19,7 @@ from torch import nn
 from llmd.errors import UnsupportedQuantizationError
 from llmd.models.weights import FUSED_SHARDS, fused_output_sizes
 from llmd.quantization import awq_format, compressed_tensors_format, gptq_format
-from llmd.quantization.grouped_weight import GroupedIntWeight
-from llmd.quantization.linear_builder import DENSE, build_linear
+from llmd.quantization.linear_builder import DENSE, Shard, build_linear, dense_weight
 from llmd.quantization.linear_slot import LinearSlot
 from llmd.quantization.module_tensors import ModuleTensors
 from llmd.quantization.quant_config import QuantizationConfig
@@ -107,13 +106,10 @@ class QuantizedLoader:
                 continue
             yield name, tensor
         for name in self.dense_heads:
-            weight = self.read(name)
-            if isinstance(weight, GroupedIntWeight):
-                weight = weight.dequantize()
             self.kinds[DENSE] += 1
-            yield f"{name}.weight", weight
+            yield f"{name}.weight", dense_weight(self.read(name))
 
-    def read(self, hf_name: str) -> GroupedIntWeight | torch.Tensor:
+    def read(self, hf_name: str) -> Shard:
         """One HF module's weight from its intercepted tensors (raising naming a bad one)."""
         entry, scheme = self.tensors[hf_name], self.schemes[hf_name]
         if scheme.method == "awq":
