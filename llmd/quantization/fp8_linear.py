@@ -70,8 +70,8 @@ class Fp8Linear(nn.Module):
         codes_a = (rows.float() / scale_a).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
         # Row-wise scales on CUDA produce bfloat16 only; CPU produces the model's dtype.
         out_dtype = torch.bfloat16 if rows.is_cuda else self.dtype
-        out = torch._scaled_mm(
-            codes_a, self.codes_t, scale_a=scale_a, scale_b=self.scale_b, out_dtype=out_dtype
+        out = torch.ops.aten._scaled_mm(
+            codes_a, self.codes_t, scale_a, self.scale_b, out_dtype=out_dtype
         ).to(self.dtype)  # [M, N]
         if self.bias is not None:
             out = out + self.bias
