@@ -17,6 +17,7 @@ from llmd.config import (
     DTYPES,
     KV_CACHE_DTYPES,
     POLICIES,
+    QUANTIZATIONS,
     SPECULATIVE_METHODS,
     EngineConfig,
 )
@@ -34,6 +35,7 @@ ENGINE_FLAGS = (
     Flag("num_threads", show_default="the cores llmd may use"),
     Flag("device", choices=DEVICES),
     Flag("kv_cache_dtype", choices=KV_CACHE_DTYPES),
+    Flag("quantization", choices=QUANTIZATIONS),
     Flag("block_size"),
     Flag("kv_cache_memory_gib"),
     Flag("gpu_memory_utilization"),

@@ -14,6 +14,7 @@ from llmd.errors import InvalidParameterError, require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "fp8", "fp8_e4m3")
+QUANTIZATIONS = ("auto", "compressed-tensors", "awq", "gptq", "dequantize")
 DEVICES = ("auto", "cpu", "cuda")
 POLICIES = ("fcfs", "priority")
 ATTENTION_BACKENDS = ("auto", "cpu", "torch", "triton")
@@ -44,6 +45,10 @@ class EngineConfig:
     the cpu attention backend: bfloat16 under float32 activations halves the bytes decode
     attention reads, fp8 halves bf16's (K/V quantized by the op, saturating at +-448);
     attention still computes in float32."""
+    quantization: str = "auto"
+    """Weight quantization: auto (what the checkpoint's quantization_config says), a method
+    the checkpoint must then have (compressed-tensors, awq, gptq), or dequantize (read the
+    quantized weights, then run every linear dense in the model's dtype)."""
     block_size: int = 16
     """Tokens per KV-cache block (the paging granularity)."""
     kv_cache_memory_gib: float = 1.0
@@ -110,6 +115,11 @@ class EngineConfig:
             self.kv_cache_dtype in KV_CACHE_DTYPES,
             "kv_cache_dtype",
             f"must be one of {', '.join(KV_CACHE_DTYPES)}",
+        )
+        require(
+            self.quantization in QUANTIZATIONS,
+            "quantization",
+            f"must be one of {', '.join(QUANTIZATIONS)}",
         )
         _positive_int("block_size", self.block_size)
         require(self.block_size <= 256, "block_size", "must be <= 256")

@@ -44,4 +44,6 @@ def engine_facts(engine: LLMEngine) -> EngineFacts:
         num_experts_per_token=shape.num_experts_per_token,
         num_moe_layers=shape.num_moe_layers,
         num_params_per_expert=shape.num_params_per_expert,
+        quantization=runner.quantization,
+        weight_bytes=runner.weight_bytes,
     )

@@ -61,6 +61,13 @@ class UnsupportedModelError(LLMDError):
     code = "unsupported_model"
 
 
+class UnsupportedQuantizationError(UnsupportedModelError):
+    """A checkpoint's quantization (method, format, scheme) or one of its quantized tensors
+    is not one llmd reads; the message names the method, the field or the tensor."""
+
+    code = "unsupported_quantization"
+
+
 class ModelNotFoundError(LLMDError):
     """The model path or hub id cannot be resolved (absent locally and not downloadable)."""
 

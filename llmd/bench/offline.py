@@ -8,6 +8,7 @@ copy bandwidth and GEMM rate and reports decode attention and decode steps again
 
     .venv/bin/python scripts/bench_offline.py --num-requests 64 --repeats 3
     .venv/bin/python scripts/bench_offline.py --cpu-limits --skip-hf --repeats 0
+    .venv/bin/python scripts/bench_offline.py --model SOURCE --quantized W8A16 W4A16 --skip-hf
     python scripts/bench_offline.py --shape qwen3-0.6b --device cuda --num-requests 256 \\
         --repeats 1 --hf-batch-size 64 --max-model-len 1024 --warmup-requests 16
 """
@@ -186,6 +187,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "(CPU).")  # fmt: skip
     for flag in LLMD_FLAGS:
         add_argument(parser, EngineConfig, flag, help_prefix="llmd: ")
+    add("--quantized", type=Path, nargs="+", default=None, metavar="CHECKPOINT",
+        help="Quantized checkpoints of the benchmark's model: each runs the same workload "
+        "after it (llmd), with its weight bytes and batch-1 decode step.")  # fmt: skip
     add("--warmup-requests", type=int, default=0,
         help="Untimed llmd run of this many requests first, lengths as the workload's "
         "(compiles Triton kernels).")  # fmt: skip
@@ -250,6 +254,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             runs.append(run)
             figures = ", ".join(f"{key}={value:.2f}" for key, value in run.items())
             print(f"run {repeat + 1}/{args.repeats}: {figures}", flush=True)
+        quantized_rows = []
+        if args.quantized:
+            quantized_rows = run_quantized(args, path, workload, engine_options, limits)
 
     summary = {key: statistics.median(run[key] for run in runs) for key in runs[0]} if runs else {}
     num_output = sum(n for _, n in workload)
@@ -268,10 +275,31 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         report |= {"num_output_tokens": num_output, "engine": engine_info}
         if limits:
             report["cpu_limits"] = limits
+        if quantized_rows:
+            report["quantized"] = quantized_rows
         if not args.skip_hf:
             report["hf"] = {"device": hf_device, "dtype": str(hf_dtype).removeprefix("torch.")}
         args.json.write_text(json.dumps(report, indent=2))
     return 0
+
+
+def run_quantized(args, source: Path, workload, engine_options: dict, limits: dict) -> list[dict]:
+    """`--quantized`: each checkpoint against `source` (median tok/s of --repeats runs)."""
+    from llmd.bench import cpu_limits
+    from llmd.bench.quantized_comparison import compare_quantized
+
+    def median_tok_s(path: Path) -> float:
+        rates = []
+        for _ in range(max(1, args.repeats)):
+            seconds, num_tokens = run_llmd(path, workload, engine_options)
+            rates.append(num_tokens / seconds)
+        return statistics.median(rates)
+
+    copy_gbps = limits.get("copy_gbps")
+    if copy_gbps is None and resolve_device_and_dtype(args)[0] == "cpu":
+        copy_gbps = cpu_limits.copy_bandwidth_gbps()
+    print("\nquantized checkpoints against the source (llmd, same workload):", flush=True)
+    return compare_quantized(source, args.quantized, median_tok_s, engine_options, copy_gbps)
 
 
 def measure_cpu_limits(path: Path, shape: dict, engine_options: dict) -> dict:

@@ -51,6 +51,11 @@ class _StatusFields(TypedDict):
     """The KV cache's element type (the model's from a daemon that predates the field)."""
     kv_bytes_per_token: int | None
     """KV-cache bytes one token takes across all layers, keys and values."""
+    quantization: str | None
+    """The checkpoint's weight quantization ("" for dense weights, and from a daemon that
+    predates the field)."""
+    weight_bytes: int | None
+    """Bytes of the loaded weights (None from a daemon that predates the field)."""
     queue: QueueReport
     kv: KvReport
 
@@ -96,6 +101,8 @@ def status_report(snapshot: StatsSnapshot) -> StatusReport:
         "tool_call_parser": daemon.tool_call_parser,
         "kv_cache_dtype": daemon.kv_dtype,
         "kv_bytes_per_token": daemon.kv_token_bytes,
+        "quantization": daemon.quantization,
+        "weight_bytes": daemon.weight_bytes or None,
         "queue": _queue_report(daemon.num_in_flight, queue),
         "kv": _kv_report(kv),
     }
@@ -164,6 +171,7 @@ def format_status(report: StatusReport) -> str:
         f"queue     {show(queue['in_flight'])} in flight: {show(queue['waiting'])} waiting, "
         f"{show(queue['running'])} running, {show(queue['preempted'])} preempted",
         f"kv cache  {kv_line}",
+        f"weights   {_weights_line(report)}",
         f"tools     calls of tool_choice auto read as {show(report.get('tool_call_parser'))}",
         *_experts_lines(report),
         f"log       {report.get('log_file') or 'stderr of the `llmd serve` process'}",
@@ -186,6 +194,15 @@ def _experts_lines(report: StatusReport) -> list[str]:
     if moe["max_imbalance"] is not None:
         line += f"; busiest expert {moe['max_imbalance']:.2f}x the mean"
     return [line]
+
+
+def _weights_line(report: StatusReport) -> str:
+    """'awq w4a16-g128, 96.3 MB' or 'dense, 538.1 MB' ('-' for what the daemon did not say)."""
+    quantization = report.get("quantization")
+    kind = "-" if quantization is None else quantization or "dense"
+    weight_bytes = report.get("weight_bytes")
+    size = "-" if weight_bytes is None else f"{weight_bytes / 1e6:.1f} MB"
+    return f"{kind}, {size}"
 
 
 def _duration(seconds: float | None) -> str:

@@ -112,7 +112,8 @@ speaks vLLM's (its own identity is in /version)."""
 
 def _model_card(model: ServedModel) -> dict[str, object]:
     return {"id": model.id, "object": "model", "created": model.created, "owned_by": OWNED_BY,
-            "max_model_len": model.max_model_len}  # fmt: skip
+            "max_model_len": model.max_model_len,
+            "quantization": model.quantization or None}  # fmt: skip
 
 
 async def list_models(request: Request) -> Response:

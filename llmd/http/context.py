@@ -24,6 +24,8 @@ class ServedModel:
     """Unix time the HTTP server first saw it."""
     tool_call_parser: str = DEFAULT_PARSER
     """The parser of free-form tool calls the daemon resolved (`--tool-call-parser`)."""
+    quantization: str = ""
+    """The checkpoint's weight quantization ("" for dense weights)."""
 
 
 class HttpContext:
@@ -59,6 +61,7 @@ class HttpContext:
                 daemon.max_model_len,
                 int(time.time()),
                 daemon.tool_call_parser or DEFAULT_PARSER,
+                daemon.quantization,
             )
         return self._model
 

@@ -53,6 +53,8 @@ _GAUGES: tuple[tuple[str, str, Reader], ...] = (
     ("moe_expert_load_imbalance",
      "MoE models: busiest expert's tokens over the mean expert's, most uneven layer.",
      lambda s: None if s.moe is None else s.moe.max_imbalance),
+    ("model_weight_bytes", "Bytes of the loaded weights (quantized codes and scales included).",
+     lambda s: s.daemon.weight_bytes or None),
 )  # fmt: skip
 _COUNTERS: tuple[tuple[str, str, Reader], ...] = (
     ("prompt_tokens", "Prompt tokens computed (prefill).", lambda s: s.totals.prompt_tokens),
@@ -110,6 +112,13 @@ class SnapshotCollector(Collector):
                     family = family_class(self.prefix + name, doc, labels=labels)
                     family.add_metric(model, value)
                     yield family
+        quantization = GaugeMetricFamily(
+            self.prefix + "model_quantization_info",
+            "The weights' quantization as a label (none: dense weights); value 1.",
+            labels=[*labels, "quantization"],
+        )
+        quantization.add_metric([*model, self.snapshot.daemon.quantization or "none"], 1)
+        yield quantization
         totals = self.snapshot.totals
         success = CounterMetricFamily(
             self.prefix + "request_success",

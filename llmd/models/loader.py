@@ -21,6 +21,8 @@ from llmd.attention.backend import AttentionBackend
 from llmd.errors import ModelNotFoundError, UnsupportedModelError
 from llmd.models.llama import head_dim_of, num_kv_heads_of
 from llmd.models.registry import model_class_for
+from llmd.quantization.quant_config import DEQUANTIZE, checked_quantization_config
+from llmd.quantization.quantized_loader import QuantizedLoader
 
 HUB_ALLOW_PATTERNS = [
     "*.json",
@@ -102,14 +104,25 @@ def load_model(
     attention_backend: AttentionBackend,
     dtype: torch.dtype,
     device: torch.device,
+    quantization_override: str = "auto",
 ) -> torch.nn.Module:
-    """Build the model for `hf_config` on `device` in `dtype` and load its safetensors."""
+    """Build the model for `hf_config` on `device` in `dtype` and load its safetensors
+    (quantized linears as `quantization_override`, EngineConfig.quantization, says)."""
     model_class = model_class_for(hf_config)
+    quantization = checked_quantization_config(hf_config, quantization_override)
     # Build on the meta device so no time is spent initializing weights we overwrite.
     with torch.device("meta"):
         model = model_class(hf_config, attention_backend)
+    quantized = None
+    if quantization is not None:
+        quantized = QuantizedLoader(quantization, quantization_override == DEQUANTIZE)
+    if quantized is not None:
+        quantized.place_slots(model)  # before allocation: no dense copy of quantized weights
     model = model.to(dtype=dtype).to_empty(device=device)
-    model.load_weights(iter_checkpoint_weights(pathlib.Path(path)))
+    weights = iter_checkpoint_weights(pathlib.Path(path))
+    model.load_weights(weights if quantized is None else quantized.intercept(weights))
+    if quantized is not None:
+        quantized.install(model, dtype, device)
     model.requires_grad_(False)
     return model.eval()
 

@@ -51,6 +51,12 @@ class EngineFacts(WireData):
     num_moe_layers: int = field(default=0, kw_only=True)
     num_params_per_expert: int = field(default=0, kw_only=True)
     """Parameters of one routed expert (gate, up, down)."""
+    quantization: str = field(default="", kw_only=True)
+    """The checkpoint's weight quantization (e.g. "compressed-tensors w4a16-g128"); "" for
+    dense weights or a daemon that predates the field."""
+    weight_bytes: int = field(default=0, kw_only=True)
+    """Bytes of the loaded weights (quantized codes and scales included); 0 from a daemon
+    that predates the field."""
 
     @property
     def kv_dtype(self) -> str:

@@ -23,6 +23,8 @@ from llmd.layers.packed_experts import pack_expert_weights
 from llmd.layers.packed_linear import pack_linear_layers, warm_up_packed_linears
 from llmd.layers.routing_stats import RoutingStats
 from llmd.models.loader import ModelShape, load_model
+from llmd.quantization.quant_config import quantization_name
+from llmd.quantization.weight_bytes import model_weight_bytes
 from llmd.runner.cuda_graphs import (
     DecodeGraphRunner,
     estimate_graph_pool_bytes,
@@ -104,7 +106,12 @@ class ModelRunner:
         self.free_bytes_at_start = (
             torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else 0
         )
-        self.model = load_model(model_path, hf_config, self.backend, self.dtype, self.device)
+        self.model = load_model(
+            model_path, hf_config, self.backend, self.dtype, self.device, config.quantization
+        )
+        self.quantization = quantization_name(hf_config, config.quantization)
+        """The checkpoint's quantization ("" when dense), e.g. "awq w4a16-g128"."""
+        self.weight_bytes = model_weight_bytes(self.model)
         if self.kv_dtype == torch.float8_e4m3fn and not has_kv_scales(self.model):
             logger.warning(
                 "fp8 KV cache with k/v scales of 1.0 (the checkpoint gives none): keys and "

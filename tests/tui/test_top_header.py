@@ -68,3 +68,10 @@ async def test_a_kv_cache_in_another_dtype_is_named_next_to_the_models(size):
     assert ("cpu/bf16 kv fp8" if size[0] == 80 else "cpu/bfloat16 kv fp8") in header
     same, _ = await header_after(size, kv_cache_dtype="float32")
     assert " kv " not in " │ ".join(same)  # the model's own dtype goes unsaid
+
+
+async def test_a_quantized_model_shows_its_scheme_next_to_the_dtype():
+    lines, _ = await header_after((80, 24), dtype="bfloat16", quantization="awq w4a16-g128")
+    assert "cpu/bf16 w4a16-g128" in " │ ".join(lines)
+    dense, _ = await header_after((80, 24), quantization="")
+    assert "cpu/fp32 │" in " │ ".join(dense)

@@ -52,6 +52,8 @@ def facts_of(header: DaemonSection, is_compact: bool) -> list[str]:
     if header.kv_cache_dtype and header.kv_cache_dtype != header.dtype:  # e.g. an fp8 cache
         kv_dtype = SHORT_DTYPES.get(header.kv_cache_dtype, header.kv_cache_dtype)
         dtype += f" kv {kv_dtype}"
+    if header.quantization:  # the scheme, e.g. "w4a16-g128" of "awq w4a16-g128"
+        dtype += f" {header.quantization.rsplit(' ', 1)[-1]}"
     return [
         model.rstrip("/").rsplit("/", 1)[-1],  # the name, not where it lives on disk
         f"{header.device or MISSING}/{dtype}",

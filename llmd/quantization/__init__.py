@@ -1,0 +1,1 @@
+"""Quantized checkpoints: reading their config and tensors, and the linear layers that run them."""
