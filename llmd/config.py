@@ -206,6 +206,18 @@ class SchedulerConfig:
     policy: str = "fcfs"
     """fcfs or priority."""
 
+    @classmethod
+    def resolve(cls, config: EngineConfig, max_model_len: int) -> SchedulerConfig:
+        """`config`'s limits for a model served up to `max_model_len` tokens; without chunked
+        prefill a whole prompt is one chunk, so the token budget grows to hold the longest."""
+        budget = config.max_num_batched_tokens
+        if not config.enable_chunked_prefill:
+            budget = max(budget, max_model_len)
+        return cls(
+            config.max_num_seqs, budget, max_model_len, config.enable_chunked_prefill,
+            config.scheduling_policy,
+        )  # fmt: skip
+
     def __post_init__(self) -> None:
         _positive_int("max_num_seqs", self.max_num_seqs)
         _positive_int("max_num_batched_tokens", self.max_num_batched_tokens)

@@ -27,6 +27,7 @@ from llmd.engine.scheduler_output import SchedulerOutput
 from llmd.engine.servability import check_servable, resolve_max_model_len
 from llmd.engine.snapshot_collector import collect_snapshot
 from llmd.engine.speculator import make_speculator, resolve_async_scheduling
+from llmd.engine.step_failure import fail_plan, fail_request
 from llmd.engine.step_result import RequestUpdate, StepResult, request_updates, step_stats
 from llmd.engine.step_stats import StepStats
 from llmd.engine.tokenizer import Tokenizer, config_eos_token_ids, load_tokenizer
@@ -72,13 +73,10 @@ class LLMEngine:
             tokenizer_source = config.tokenizer or str(self.model_path)
             self.tokenizer = load_tokenizer(tokenizer_source, str(self.model_path))
             self.eos_token_ids = self.tokenizer.eos_token_ids
-        # Without chunked prefill a whole prompt is one chunk: the budget must hold the longest.
-        max_num_batched_tokens = config.max_num_batched_tokens
-        if not config.enable_chunked_prefill:
-            max_num_batched_tokens = max(max_num_batched_tokens, self.max_model_len)
+        scheduler_config = SchedulerConfig.resolve(config, self.max_model_len)
         self.runner = ModelRunner(
             config, self.model_path, self.hf_config, self.shape, self.max_model_len,
-            max_num_batched_tokens,
+            scheduler_config.max_num_batched_tokens,
         )  # fmt: skip
         self.device = str(self.runner.device)
         """The device the model runs on, as a string."""
@@ -90,15 +88,7 @@ class LLMEngine:
             self.runner.num_blocks, config.block_size, config.enable_prefix_caching
         )
         self.scheduler = Scheduler(
-            SchedulerConfig(
-                max_num_seqs=config.max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens,
-                max_model_len=self.max_model_len,
-                enable_chunked_prefill=config.enable_chunked_prefill,
-                policy=config.scheduling_policy,
-            ),
-            self.block_manager,
-            make_speculator(config, self.max_model_len),
+            scheduler_config, self.block_manager, make_speculator(config, self.max_model_len)
         )
         self.async_scheduling = resolve_async_scheduling(config, self.runner.device.type)
         self.grammars: GrammarAdmission | None = None
@@ -261,7 +251,7 @@ class LLMEngine:
             plan = self.scheduler.schedule()
         except SchedulerStallError as error:  # never step empty plans forever: fail the head
             logger.error("scheduler stalled: %s", error)
-            update = self.fail_request(error.request_id, error)
+            update = fail_request(self.scheduler, error.request_id, error)
             return self._step_result(compiled + ([] if update is None else [update]), None)
         scheduled = time.monotonic()
         if plan.is_empty and (plan.finished_request_ids or plan.preempted_request_ids):
@@ -362,7 +352,7 @@ class LLMEngine:
         """The one failure path: log `error` and end every request of `plans` with it."""
         logger.exception("step failed; failing its %d requests", sum(len(p.chunks) for p in plans))
         self.scheduler.forget_runner_state()  # the runner dropped its rows: re-send the rest
-        return [update for plan in plans for update in self.fail_plan(plan, error)]
+        return [update for plan in plans for update in fail_plan(self.scheduler, plan, error)]
 
     def _step_result(self, updates: list[RequestUpdate], stats: StepStats | None) -> StepResult:
         """The step's result; the one idle point: with nothing left to run, check the pool."""
@@ -385,24 +375,6 @@ class LLMEngine:
             self.block_manager.rebuild()
             return error
         return None
-
-    def fail_plan(self, plan: SchedulerOutput, error: Exception) -> list[RequestUpdate]:
-        """End every request of a plan that failed on the device with `error`."""
-        updates = []
-        for chunk in plan.chunks:
-            request = self.scheduler.finish_request(chunk.request.request_id, FinishReason.ERROR)
-            if request is not None:
-                request.error_message = f"{type(error).__name__}: {error}"
-                updates.append(RequestUpdate(request, []))
-        return updates
-
-    def fail_request(self, request_id: str, error: Exception) -> RequestUpdate | None:
-        """End one request with `error`; None when it had already finished."""
-        request = self.scheduler.finish_request(request_id, FinishReason.ERROR)
-        if request is None:
-            return None
-        request.error_message = f"{type(error).__name__}: {error}"
-        return RequestUpdate(request, [])
 
     # ---------------------------------------------------------------- reading
 

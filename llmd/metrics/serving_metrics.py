@@ -105,9 +105,8 @@ class ServingMetrics:
                 self._phase_seconds[phase].add(seconds, now)
             self.num_preemptions += stats.num_preempted
             self._experts_touched.add(stats.num_experts_touched, now)
-            spec = getattr(stats, "spec_decode", None)
-            if spec is not None:
-                self._record_spec(spec)
+            if stats.spec_decode is not None:
+                self._record_spec(stats.spec_decode)
             self.num_scheduled_seqs += stats.num_prefill_seqs + stats.num_decode_seqs
             if stats.num_prefill_tokens == 0 and stats.num_decode_tokens > 0:
                 step_bytes = self.cost.decode_step_bytes(
