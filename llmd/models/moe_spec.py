@@ -8,6 +8,7 @@ loader's shape facts and the metrics all read this one frozen value instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -48,4 +49,17 @@ def qwen_sparse_layers(hf_config: object) -> tuple[int, ...]:
         i
         for i in range(num_layers)
         if i not in mlp_only and num_experts > 0 and (i + 1) % step == 0
+    )
+
+
+def qwen_moe_spec(hf_config: Any, shared_intermediate_size: int = 0) -> MoeSpec:
+    """Qwen MoE's experts (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`,
+    `norm_topk_prob`) and sparse layers, with a shared expert of this width (0: none)."""
+    return MoeSpec(
+        num_experts=hf_config.num_experts,
+        num_experts_per_token=hf_config.num_experts_per_tok,
+        intermediate_size=hf_config.moe_intermediate_size,
+        renormalize=bool(getattr(hf_config, "norm_topk_prob", False)),
+        sparse_layer_indices=qwen_sparse_layers(hf_config),
+        shared_intermediate_size=shared_intermediate_size,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmd.models.moe_causal_lm import MoeForCausalLM
-from llmd.models.moe_spec import MoeSpec, qwen_sparse_layers
+from llmd.models.moe_spec import MoeSpec, qwen_moe_spec
 
 
 class Qwen2MoeForCausalLM(MoeForCausalLM):
@@ -23,11 +23,5 @@ class Qwen2MoeForCausalLM(MoeForCausalLM):
     @classmethod
     def moe_spec(cls, hf_config: Any) -> MoeSpec:
         """Qwen3-MoE's fields plus `shared_expert_intermediate_size`."""
-        return MoeSpec(
-            num_experts=hf_config.num_experts,
-            num_experts_per_token=hf_config.num_experts_per_tok,
-            intermediate_size=hf_config.moe_intermediate_size,
-            renormalize=bool(getattr(hf_config, "norm_topk_prob", False)),
-            sparse_layer_indices=qwen_sparse_layers(hf_config),
-            shared_intermediate_size=getattr(hf_config, "shared_expert_intermediate_size", 0) or 0,
-        )
+        shared = getattr(hf_config, "shared_expert_intermediate_size", 0) or 0
+        return qwen_moe_spec(hf_config, shared)

@@ -85,17 +85,8 @@ class WeightLoader:
             sizes = fused_output_sizes(self.model.get_submodule(parent_name), fused_name)
             start = sum(sizes[:shard_id])
             target = target.narrow(0, start, sizes[shard_id])
-        if tuple(tensor.shape) != tuple(target.shape):
-            raise UnsupportedModelError(
-                f"checkpoint weight {name!r} has shape {tuple(tensor.shape)}, "
-                f"expected {tuple(target.shape)} from the config",
-                "model",
-            )
-        with torch.no_grad():
-            target.copy_(tensor)
-        self.loaded_names.add(name)
         shards = self._expected_shards(param_name) if shard_id is None else {shard_id}
-        self._loaded_shards.setdefault(param_name, set()).update(shards)
+        self._copy_checked(name, tensor, target, param_name, shards)
 
     def _load_expert(self, name: str, tensor: torch.Tensor, match: re.Match[str]) -> bool:
         """Copy one expert's projection into its slice of the stacked expert weights;
@@ -118,6 +109,15 @@ class WeightLoader:
             half = target.shape[0] // 2
             target = target.narrow(0, half if is_up else 0, half)
             shard_id = 2 * expert_id + int(is_up)
+        self._copy_checked(name, tensor, target, param_name, {shard_id})
+        return True
+
+    def _copy_checked(
+        self, name: str, tensor: torch.Tensor, target: torch.Tensor, param_name: str,
+        shards: set[int],
+    ) -> None:  # fmt: skip
+        """Copy checkpoint tensor `name` into `target` (a parameter or its slice), refusing a
+        shape the config does not give, and record `param_name`'s `shards` as loaded."""
         if tuple(tensor.shape) != tuple(target.shape):
             raise UnsupportedModelError(
                 f"checkpoint weight {name!r} has shape {tuple(tensor.shape)}, "
@@ -127,8 +127,7 @@ class WeightLoader:
         with torch.no_grad():
             target.copy_(tensor)
         self.loaded_names.add(name)
-        self._loaded_shards.setdefault(param_name, set()).add(shard_id)
-        return True
+        self._loaded_shards.setdefault(param_name, set()).update(shards)
 
     def _load_kv_scale(self, name: str, tensor: torch.Tensor) -> bool:
         """Set a layer's KV-cache scale from `name` if it is one; whether it was."""
