@@ -1,15 +1,21 @@
 """`return_timings` and X-Request-Id: every choice can say why it waited, over HTTP.
 
 Two daemons with one limit each made tiny (a 16-block KV pool; an 8-token step budget)
-hold the second prompt of a two-prompt request (sent to the daemon in order) behind the
-first; its `timings` must name the reason, with seconds and steps, zero for the reasons
-that cannot apply, and sums equal to its queue time. The X-Request-Id checks and chat run
-on the shared daemon.
+hold the second prompt of a two-prompt request behind the first (sent to the daemon in
+order while it is paused, so both wait at its first step); its `timings` must name the
+reason, with seconds and steps, zero for the reasons that cannot apply, and sums equal to
+its queue time. The X-Request-Id checks and chat run on the shared daemon.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -26,6 +32,9 @@ KV_ARGS = ["--num-blocks", "16", "--block-size", "16", "--max-model-len", "256",
 BUDGET_ARGS = ["--num-blocks", "64", "--block-size", "16", "--max-model-len", "256",
                "--max-num-batched-tokens", "8", *scheduling_mode.serve_flags()]  # fmt: skip
 REQUEST_ID = "client-trace/42:a"
+PAUSE_S = 1.0
+"""How long the daemon's core stays stopped while the HTTP server forwards both prompts."""
+T = TypeVar("T")
 
 
 def prompt(first_id: int, num_tokens: int) -> list[int]:
@@ -45,6 +54,21 @@ def stream_chunks(url: str, payload: dict, headers: dict | None = None) -> list[
         assert response.status_code == 200, response.read()
         lines = [line.removeprefix("data: ") for line in response.iter_lines() if line]
     return [json.loads(line) for line in lines if line != "[DONE]"]
+
+
+def sent_while_paused(served, send: Callable[[], T]) -> T:
+    """`send()` (run on a thread) with the daemon's core stopped for its first PAUSE_S, so
+    both prompts of a request wait in its socket and reach its intake together: forwarded
+    one after another, a loaded machine can run the first's whole prefill before the second
+    arrives, and the second then never waits for the reason under test."""
+    with ThreadPoolExecutor(1) as pool:
+        os.kill(served.process.pid, signal.SIGSTOP)
+        try:
+            reply = pool.submit(send)
+            time.sleep(PAUSE_S)
+        finally:
+            os.kill(served.process.pid, signal.SIGCONT)
+        return reply.result()
 
 
 def finishing_chunks(chunks: list[dict]) -> dict[int, dict]:
@@ -87,10 +111,10 @@ def test_a_full_kv_pool_shows_as_kv_blocks_in_the_response_timings(kv_http):
     # One request, two prompts, sent to the daemon in order: the first (200 tokens, 56
     # outputs) holds 13 to 16 of the 16 blocks all its life; the second (60 tokens) needs 4.
     payload = body([prompt(10, 200), prompt(200, 60)], 56, return_timings=True)
-    response = httpx.post(
+    response = sent_while_paused(kv_http, lambda: httpx.post(
         f"{kv_http.v1}/completions", json=payload, headers={"X-Request-Id": REQUEST_ID},
         timeout=60,
-    )  # fmt: skip
+    ))  # fmt: skip
     assert response.status_code == 200, response.text
     assert response.headers["X-Request-Id"] == REQUEST_ID
     first, second = (choice["timings"] for choice in response.json()["choices"])
@@ -109,7 +133,9 @@ def test_a_full_kv_pool_shows_as_kv_blocks_in_the_response_timings(kv_http):
 def test_a_taken_token_budget_shows_as_token_budget_in_the_last_stream_chunk(budget_http):
     # An 8-token budget: the first prompt (240 tokens) takes 30 whole steps; the second waits.
     payload = body([prompt(10, 240), prompt(200, 40)], 4, return_timings=True)
-    chunks = stream_chunks(f"{budget_http.v1}/completions", payload)
+    chunks = sent_while_paused(
+        budget_http, lambda: stream_chunks(f"{budget_http.v1}/completions", payload)
+    )
     finishing = finishing_chunks(chunks)
     first, second = finishing[0]["timings"], finishing[1]["timings"]
     assert first["prefill_chunk_sizes"] == [8] * 30 and first["num_prefill_chunks"] == 30
