@@ -1,4 +1,4 @@
-"""The draft model's own KV blocks: a free list and each request's blocks, in plain Python.
+"""The draft model's own KV blocks: how many, a free list and each request's blocks.
 
 The draft keeps no prefix cache and shares no block, so its bookkeeping is a stack of free
 block ids; a request's blocks only grow while it drafts (a rejected draft's slots are
@@ -6,6 +6,10 @@ written over later) and all return at once when it finishes or is preempted.
 """
 
 from __future__ import annotations
+
+from llmd.errors import InvalidParameterError
+
+GIB = 1024**3
 
 
 class DraftBlockPool:
@@ -37,3 +41,39 @@ class DraftBlockPool:
         """Return a request's blocks to the pool."""
         self.free_block_ids.extend(reversed(block_ids))
         block_ids.clear()
+
+
+DRAFT_FREE_FRACTION = 0.9
+"""Of the device memory free when the draft loads (on CUDA, after the target took its
+share), what its weights and KV cache may use: the rest is for its activations."""
+
+
+def draft_pool_size(
+    num_target_blocks: int,
+    max_num_seqs: int,
+    num_speculative_tokens: int,
+    block_size: int,
+    bytes_per_block: int,
+    free_bytes: float | None = None,
+    weight_bytes: int = 0,
+) -> int:
+    """Blocks for the draft's cache: the target's count plus room for every running
+    request's guesses, so it runs short only where the target shares prefix blocks.
+
+    With `free_bytes` (a CUDA device: the target sized its cache from the memory free
+    before the draft existed) the pool is cut to what the draft may still use there, and
+    refused naming gpu_memory_utilization when not even every request's guesses fit.
+    """
+    blocks_per_guess_run = -(-num_speculative_tokens // block_size) + 1
+    num_guess_blocks = max_num_seqs * blocks_per_guess_run
+    num_blocks = num_target_blocks + num_guess_blocks
+    if free_bytes is None:
+        return num_blocks
+    num_fitting = int((free_bytes * DRAFT_FREE_FRACTION - weight_bytes) // bytes_per_block)
+    if num_fitting < num_guess_blocks:
+        raise InvalidParameterError(
+            f"the draft model's weights and KV cache do not fit the {free_bytes / GIB:.2f} GiB "
+            f"the target left free; lower it to leave room for them",
+            "gpu_memory_utilization",
+        )
+    return min(num_blocks, num_fitting)

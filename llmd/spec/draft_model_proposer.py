@@ -17,14 +17,18 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from llmd.config import EngineConfig
 from llmd.engine.scheduler_output import NewRequestData, ScheduledChunk, SchedulerOutput
 from llmd.errors import InvalidParameterError, LLMDError
 from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
+from llmd.runner.device import resolve_device, resolve_dtype
+from llmd.runner.kv_cache import kv_bytes_per_block
 from llmd.runner.model_runner import ModelRunner
 from llmd.sampling_params import SamplingParams
 from llmd.spec.draft_ask import DraftAsk
-from llmd.spec.draft_block_pool import DraftBlockPool
+from llmd.spec.draft_block_pool import DraftBlockPool, draft_pool_size
 
 logger = logging.getLogger(__name__)
 
@@ -200,8 +204,8 @@ def load_draft_proposer(
     `max_model_len`; a draft of another vocabulary (or none readable) is refused naming
     draft_model.
 
-    Its KV pool has the target's `num_target_blocks` plus room for every running
-    request's guesses, so it runs out only where the target shares prefix blocks.
+    Its KV pool (`draft_pool_size`) has the target's `num_target_blocks` plus room for
+    every running request's guesses; on CUDA it is cut to the memory the target left.
     """
     assert config.draft_model is not None  # EngineConfig checks it for method draft
     try:
@@ -218,8 +222,19 @@ def load_draft_proposer(
         )
     draft_max_len = min(max_model_len, shape.max_model_len)
     assert config.max_num_seqs is not None and config.max_num_batched_tokens is not None
-    blocks_per_guess_run = -(-config.num_speculative_tokens // config.block_size) + 1
-    num_blocks = num_target_blocks + config.max_num_seqs * blocks_per_guess_run
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    free_bytes = None
+    if device.type == "cuda":
+        free_bytes = torch.cuda.mem_get_info(device)[0]
+    bytes_per_block = kv_bytes_per_block(
+        shape.num_layers, shape.num_kv_heads, shape.head_dim, config.block_size, dtype
+    )
+    num_blocks = draft_pool_size(
+        num_target_blocks, config.max_num_seqs, config.num_speculative_tokens,
+        config.block_size, bytes_per_block, free_bytes,
+        shape.num_params * torch.empty((), dtype=dtype).element_size(),
+    )  # fmt: skip
     draft_config = dataclasses.replace(
         config, model=str(draft_path), tokenizer=None, served_model_name=None,
         quantization="auto", kv_cache_dtype="auto", num_blocks=num_blocks,

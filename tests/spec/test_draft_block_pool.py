@@ -1,8 +1,12 @@
-"""The draft's block pool: blocks for a token count, all or nothing, and all back on free."""
+"""The draft's block pool: its size (the target's blocks plus every request's guesses, cut
+to the memory a GPU has left), blocks for a token count, all or nothing, all back on free."""
 
 from __future__ import annotations
 
-from llmd.spec.draft_block_pool import DraftBlockPool
+import pytest
+
+from llmd.errors import InvalidParameterError
+from llmd.spec.draft_block_pool import DraftBlockPool, draft_pool_size
 
 
 def test_blocks_grow_to_hold_the_tokens_all_or_nothing_and_return_on_free():
@@ -21,3 +25,16 @@ def test_blocks_grow_to_hold_the_tokens_all_or_nothing_and_return_on_free():
     pool.free(first)
     pool.free(second)
     assert sorted(pool.free_block_ids) == [0, 1, 2, 3, 4]
+
+
+def test_the_pool_holds_the_targets_blocks_and_the_guesses_within_the_memory_left():
+    # 8 requests x (ceil(3 / 16) + 1) blocks for guesses past the target's 100.
+    assert draft_pool_size(100, 8, 3, 16, bytes_per_block=1000) == 116
+    assert draft_pool_size(100, 8, 20, 16, bytes_per_block=1000) == 124  # 2 + 1 each
+    # On a GPU: 90% of 200,000 free bytes, less 50,000 of weights, is 130 blocks: all fit.
+    assert draft_pool_size(100, 8, 3, 16, 1000, free_bytes=200_000, weight_bytes=50_000) == 116
+    # 90,000 free: 31 blocks after the weights, fewer than the target's, more than 16.
+    assert draft_pool_size(100, 8, 3, 16, 1000, free_bytes=90_000, weight_bytes=50_000) == 31
+    with pytest.raises(InvalidParameterError) as error:
+        draft_pool_size(100, 8, 3, 16, 1000, free_bytes=70_000, weight_bytes=50_000)
+    assert error.value.parameter == "gpu_memory_utilization"
