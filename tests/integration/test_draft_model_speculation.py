@@ -1,4 +1,4 @@
-"""Speculative decoding with a draft model, end to end on tiny models, on the cpu backend.
+"""Speculative decoding with a draft model, end to end on tiny models (cpu backend, and torch).
 
 Greedy tokens must not change in any scheduling scenario (alone, batched with prefix hits,
 chunked prefill, preemption, async requested); the target drafting for itself must have
@@ -123,6 +123,14 @@ def test_the_target_as_its_own_draft_keeps_the_output_and_has_every_draft_accept
     totals = llm.engine.scheduler.speculator.totals
     assert totals.num_drafts > 10
     assert totals.num_accepted_tokens == totals.num_draft_tokens  # the plumbing is exact
+
+
+def test_the_draft_runs_on_the_targets_attention_backend_torch_too(model_path, expected):
+    scenario = {"num_blocks": 256, "attention_backend": "torch"}
+    llm = run_scenario(model_path, model_path, scenario, expected)
+    speculator = llm.engine.scheduler.speculator
+    assert speculator.proposer.runner.backend.name == llm.engine.runner.backend.name == "torch"
+    assert 0 < speculator.totals.num_accepted_tokens == speculator.totals.num_draft_tokens
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS[:3], ids=["batched", "chunked", "preempted"])
