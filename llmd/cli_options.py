@@ -55,6 +55,7 @@ ENGINE_FLAGS = (
     Flag("num_speculative_tokens"),
     Flag("prompt_lookup_min"),
     Flag("prompt_lookup_max"),
+    Flag("draft_model", show_default="none"),
 )
 """The engine flags of `llmd generate`, `llmd serve` and `llmd bench`, from EngineConfig."""
 ENGINE_OPTIONS = [click_option(EngineConfig, flag) for flag in ENGINE_FLAGS]

@@ -18,7 +18,7 @@ QUANTIZATIONS = ("auto", "compressed-tensors", "awq", "gptq", "dequantize")
 DEVICES = ("auto", "cpu", "cuda")
 POLICIES = ("fcfs", "priority")
 ATTENTION_BACKENDS = ("auto", "cpu", "torch", "triton")
-SPECULATIVE_METHODS = ("ngram",)
+SPECULATIVE_METHODS = ("ngram", "draft")
 MAX_SPECULATIVE_TOKENS = 16
 """Most draft tokens one verify step scores per request: beyond, acceptance is negligible."""
 
@@ -91,14 +91,19 @@ class EngineConfig:
     padded to 22 buckets whose oneDNN primitives are built at load, so memory stays flat."""
     speculative_method: str | None = None
     """Speculative decoding: ngram (prompt lookup: drafts copied from where the last tokens
-    occurred before, in the prompt or the output), verified k at a time in one forward pass
-    with the same output as without it; None: off. Steps then run synchronously."""
+    occurred before, in the prompt or the output) or draft (a small model's greedy guesses,
+    see draft_model), verified k at a time in one forward pass with the same output as
+    without it; None: off. Steps then run synchronously."""
     num_speculative_tokens: int = 3
     """Draft tokens proposed and verified per request and step (speculative decoding)."""
     prompt_lookup_min: int = 2
     """Shortest suffix of a request's tokens the ngram proposer looks up."""
     prompt_lookup_max: int = 4
     """Longest suffix the ngram proposer looks up (longer matches are tried first)."""
+    draft_model: str | None = None
+    """Speculative decoding's draft model (method draft): a local HF directory or hub id of
+    a small model with the target's tokenizer (the same vocabulary size), run on the same
+    device with its own KV cache, guessing num_speculative_tokens tokens greedily per step."""
     skip_tokenizer_init: bool = False
     """Load no tokenizer: prompts must be token ids and no text is produced (benchmarks)."""
     trust_remote_code: bool = False
@@ -158,13 +163,26 @@ class EngineConfig:
         require(not self.trust_remote_code, "trust_remote_code", "llmd never runs remote code")
 
     def _check_speculation(self) -> None:
-        """The speculative-decoding fields: a known method, counts in range, min <= max."""
+        """The speculative-decoding fields: a known method (draft with its model, no model
+        otherwise), counts in range, min <= max."""
         method = self.speculative_method
         require(
             method is None or method in SPECULATIVE_METHODS,
             "speculative_method",
             f"must be one of {', '.join(SPECULATIVE_METHODS)} (or unset), got {method!r}",
         )
+        if method == "draft":
+            require(
+                isinstance(self.draft_model, str) and bool(self.draft_model),
+                "draft_model",
+                "speculative_method draft needs the draft model's directory or hub id",
+            )
+        else:
+            require(
+                self.draft_model is None,
+                "draft_model",
+                f"is used only with speculative_method draft (it is {method!r})",
+            )
         _positive_int("num_speculative_tokens", self.num_speculative_tokens)
         require(
             self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS,

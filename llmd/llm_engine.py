@@ -87,9 +87,10 @@ class LLMEngine:
         self.block_manager = BlockManager(
             self.runner.num_blocks, config.block_size, config.enable_prefix_caching
         )
-        self.scheduler = Scheduler(
-            scheduler_config, self.block_manager, make_speculator(config, self.max_model_len)
+        speculator = make_speculator(
+            config, self.max_model_len, self.shape.vocab_size, self.runner.num_blocks
         )
+        self.scheduler = Scheduler(scheduler_config, self.block_manager, speculator)
         self.async_scheduling = resolve_async_scheduling(config, self.runner.device.type)
         self.grammars: GrammarAdmission | None = None
         """Structured outputs: compiles and admits constrained requests (made on first use)."""

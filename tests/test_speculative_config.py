@@ -19,6 +19,9 @@ from llmd.sampling_params import SamplingParams
         ({"prompt_lookup_min": 0}, "prompt_lookup_min"),
         ({"prompt_lookup_max": 2.5}, "prompt_lookup_max"),
         ({"prompt_lookup_min": 5, "prompt_lookup_max": 3}, "prompt_lookup_min"),
+        ({"draft_model": "/models/draft"}, "draft_model"),  # a draft model with ngram
+        ({"speculative_method": "draft"}, "draft_model"),  # the draft method without one
+        ({"speculative_method": "draft", "draft_model": ""}, "draft_model"),
     ],
 )
 def test_bad_speculative_options_name_their_field(kwargs, field):
@@ -29,6 +32,12 @@ def test_bad_speculative_options_name_their_field(kwargs, field):
 
 def test_speculation_is_off_by_default_and_requests_opt_in_by_default():
     assert EngineConfig().speculative_method is None
+    assert EngineConfig().draft_model is None
+    config = EngineConfig(speculative_method="draft", draft_model="/models/draft")
+    assert config.draft_model == "/models/draft"
+    with pytest.raises(InvalidParameterError) as error:
+        EngineConfig(draft_model="/models/draft")  # speculation off: the model is unused
+    assert error.value.parameter == "draft_model"
     assert SamplingParams().can_speculate is True
     with pytest.raises(InvalidParameterError) as error:
         SamplingParams(can_speculate="no")
@@ -42,5 +51,5 @@ def test_the_serve_command_takes_the_speculative_flags():
     result = CliRunner().invoke(main, ["serve", "--help"])
     assert result.exit_code == 0
     for flag in ("--speculative-method", "--num-speculative-tokens", "--prompt-lookup-min",
-                 "--prompt-lookup-max"):  # fmt: skip
+                 "--prompt-lookup-max", "--draft-model"):  # fmt: skip
         assert flag in result.output

@@ -104,6 +104,8 @@ class Scheduler:
             self.waiting.remove(request)
         self.block_manager.free(request)
         self.plan_writer.on_finished(request_id)
+        if self.speculator is not None:
+            self.speculator.release(request_id)
         request.finish(reason, now, stop_reason)
         if num_output_tokens is not None:
             request.keep_output_tokens(num_output_tokens)
@@ -125,6 +127,8 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         if self.config.policy == "priority":
             self.running.sort(key=lambda r: (r.priority, r.times.arrival))
+        if self.speculator is not None:
+            self.speculator.begin_step(self.running, budget)  # a draft model runs here
         budget = self._schedule_running(output, budget, now)
         head_reason, shared_reason = None, KV_BLOCKS  # a preemption means blocks ran out
         if not output.preempted_request_ids:
@@ -256,6 +260,8 @@ class Scheduler:
         """Free a running request's KV and queue it to be recomputed from scratch."""
         self.running.remove(request)
         self.block_manager.free(request)
+        if self.speculator is not None:
+            self.speculator.release(request.request_id)
         request.num_computed_tokens = 0
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler_output import PENDING_TOKEN_ID, ScheduledChunk
 from llmd.engine.spec_decode_counts import SpecDecodeCounts
 from llmd.engine.stop_rules import check_stop
+from llmd.spec.draft_ask import DraftAsk
 
 if TYPE_CHECKING:
     from llmd.config import EngineConfig
@@ -34,10 +35,24 @@ text does not repeat (yet), and each rejected draft costs a verify step's extra 
 
 
 class DraftProposer(Protocol):
-    """Where draft tokens come from (`llmd.spec.ngram_proposer.NgramProposer`)."""
+    """Where draft tokens come from, one request at a time (`NgramProposer`)."""
 
     def propose(self, token_ids: Sequence[int], max_num_tokens: int) -> list[int]:
         """Up to `max_num_tokens` guesses of the tokens after `token_ids`."""
+        ...
+
+
+@runtime_checkable
+class BatchProposer(Protocol):
+    """Where draft tokens come from for all of a step's decodes at once, with state kept per
+    request (`llmd.spec.draft_model_proposer.DraftModelProposer`): a model runs them batched."""
+
+    def propose_batch(self, asks: Sequence[DraftAsk]) -> list[list[int]]:
+        """Each ask's guesses (up to its `max_num_tokens`; often fewer, or none)."""
+        ...
+
+    def release(self, request_id: str) -> None:
+        """Forget a finished or preempted request's state (a no-op for one it has none of)."""
         ...
 
 
@@ -60,7 +75,10 @@ class Speculator:
     """Drafts tokens for eligible decoding requests and applies their verified runs."""
 
     def __init__(
-        self, proposer: DraftProposer, num_speculative_tokens: int, max_model_len: int
+        self,
+        proposer: DraftProposer | BatchProposer,
+        num_speculative_tokens: int,
+        max_model_len: int,
     ) -> None:
         self.proposer = proposer
         self.num_speculative_tokens = num_speculative_tokens
@@ -69,6 +87,8 @@ class Speculator:
         """Counts since start (or the last reset)."""
         self.step_counts = SpecDecodeCounts()
         """Counts of the steps applied since `take_step_counts` last ran."""
+        self.step_drafts: dict[str, list[int]] = {}
+        """A batch proposer's drafts for the step being scheduled, by request id."""
 
     def can_speculate(self, request: Request) -> bool:
         """Whether the request may draft: opted in, no penalties and no grammar (their state
@@ -82,20 +102,49 @@ class Speculator:
             and request.all_token_ids[-1] != PENDING_TOKEN_ID
         )
 
-    def drafts_for(self, request: Request, budget: int) -> list[int]:
-        """Draft tokens for a decoding request's step, within the token budget, max_tokens
-        and max_model_len (its verified run never passes either); often none."""
+    def max_num_drafts(self, request: Request, budget: int) -> int:
+        """How many draft tokens a decoding request may verify within the token budget,
+        max_tokens and max_model_len (its verified run never passes either); 0: none."""
         if request.num_output_tokens < request.no_draft_until or not self.can_speculate(request):
-            return NO_DRAFT
-        num_tokens = min(
+            return 0
+        return min(
             self.num_speculative_tokens,
             budget - 1,
             request.sampling_params.max_tokens - request.num_output_tokens - 1,
             self.max_model_len - request.num_tokens - 1,
         )
+
+    def begin_step(self, running: Sequence[Request], budget: int) -> None:
+        """Ask a batch proposer, once, for the drafts of every running decode that may draft
+        (`budget`: the step's whole token budget); a per-request proposer is asked later,
+        by `drafts_for`, only for the decodes the budget reaches."""
+        if not isinstance(self.proposer, BatchProposer):
+            return
+        asks = []
+        for request in running:
+            if request.num_tokens - request.num_computed_tokens != 1:
+                continue  # not a decode (a prefill chunk, or waiting for its sample)
+            if request.num_output_tokens == 0:
+                continue
+            num_tokens = self.max_num_drafts(request, budget)
+            if num_tokens > 0:
+                asks.append(DraftAsk(request.request_id, request.all_token_ids, num_tokens))
+        drafts = self.proposer.propose_batch(asks) if asks else []
+        self.step_drafts = {ask.request_id: ids for ask, ids in zip(asks, drafts, strict=True)}
+
+    def drafts_for(self, request: Request, budget: int) -> list[int]:
+        """Draft tokens for a decoding request's step, within `max_num_drafts`; often none."""
+        num_tokens = self.max_num_drafts(request, budget)
         if num_tokens <= 0:
             return NO_DRAFT
+        if isinstance(self.proposer, BatchProposer):
+            return self.step_drafts.get(request.request_id, NO_DRAFT)[:num_tokens]
         return self.proposer.propose(request.all_token_ids, num_tokens)[:num_tokens]
+
+    def release(self, request_id: str) -> None:
+        """A request finished or was preempted: a batch proposer drops its state."""
+        if isinstance(self.proposer, BatchProposer):
+            self.proposer.release(request_id)
 
     def allocate_drafts(
         self, request: Request, budget: int, block_manager: BlockManager, num_reserved_blocks: int
@@ -163,13 +212,25 @@ class Speculator:
         self.step_counts = SpecDecodeCounts()
 
 
-def make_speculator(config: EngineConfig, max_model_len: int) -> Speculator | None:
-    """The speculator `config` asks for, or None when speculative decoding is off."""
+def make_speculator(
+    config: EngineConfig, max_model_len: int, vocab_size: int, num_target_blocks: int
+) -> Speculator | None:
+    """The speculator `config` asks for, or None when speculative decoding is off.
+
+    A draft model must have the target's `vocab_size`; its own KV pool is sized from the
+    target's `num_target_blocks` (see `load_draft_proposer`).
+    """
     if config.speculative_method is None:
         return None
-    from llmd.spec.ngram_proposer import NgramProposer  # numpy: only when speculating
+    proposer: DraftProposer | BatchProposer
+    if config.speculative_method == "draft":
+        from llmd.spec.draft_model_proposer import load_draft_proposer  # torch: only here
 
-    proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
+        proposer = load_draft_proposer(config, max_model_len, vocab_size, num_target_blocks)
+    else:
+        from llmd.spec.ngram_proposer import NgramProposer  # numpy: only when speculating
+
+        proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
     return Speculator(proposer, config.num_speculative_tokens, max_model_len)
 
 

@@ -1,1 +1,2 @@
-"""Speculative decoding's proposers: where draft tokens come from (numpy, no torch)."""
+"""Speculative decoding's proposers: where draft tokens come from (the n-gram one numpy,
+the draft model's torch, imported only when used)."""

@@ -1,5 +1,6 @@
 """Speculative decoding in the scheduler, no model: drafts within every limit, the accepted
-run, K/V rolled back past rejected drafts, stops inside a run, counts, and no leaked block."""
+run, K/V rolled back past rejected drafts, stops inside a run, counts, a batch proposer asked
+once a step and told who left, and no leaked block."""
 
 from __future__ import annotations
 
@@ -207,4 +208,66 @@ def test_drafts_that_keep_missing_back_off_and_a_hit_resets_the_backoff():
     plan, _ = step(scheduler, 5)
     assert plan.chunks[0].num_draft_tokens == 3  # drafting again at once
     scheduler.finish_request(request.request_id, FinishReason.ABORT)
+    assert_idle_and_clean(scheduler)
+
+
+class BatchRecorder:
+    """A batch proposer: the same draft for every ask (cut to it), recording asks and
+    releases."""
+
+    def __init__(self, draft_ids: list[int]) -> None:
+        self.draft_ids = draft_ids
+        self.asks: list[list[tuple[str, int]]] = []
+        self.released: list[str] = []
+
+    def propose_batch(self, asks):
+        self.asks.append([(ask.request_id, ask.max_num_tokens) for ask in asks])
+        return [self.draft_ids[: ask.max_num_tokens] for ask in asks]
+
+    def release(self, request_id):
+        self.released.append(request_id)
+
+
+def test_a_batch_proposer_is_asked_once_a_step_for_every_decode_and_told_who_left():
+    proposer = BatchRecorder([21, 22, 23])
+    config = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=6, max_model_len=128)
+    scheduler = Scheduler(config, BlockManager(64, 4), Speculator(proposer, 3, 128))
+    first = make_request(num_prompt_tokens=3, max_tokens=20)
+    second = make_request(num_prompt_tokens=3, max_tokens=3)
+    for request in (first, second):
+        scheduler.add_request(request)
+    step(scheduler, 9)  # both prefills: no decode to ask for
+    assert proposer.asks == []
+    late = make_request(num_prompt_tokens=9, max_tokens=20)
+    scheduler.add_request(late)
+    plan, _ = step(scheduler, 9)
+    # One ask for both decodes (second: max_tokens leaves 1 draft); the prefill is not asked.
+    assert proposer.asks == [[(first.request_id, 3), (second.request_id, 1)]]
+    assert [(c.request.request_id, c.token_ids) for c in plan.chunks] == [
+        (first.request_id, [9, 21, 22, 23]),  # 4 of the budget's 6 tokens
+        (second.request_id, [9, 21]),  # the 2 left
+    ]
+    assert proposer.released == []
+    scheduler.finish_request(first.request_id, FinishReason.ABORT)
+    assert proposer.released == [first.request_id]
+    while scheduler.has_unfinished_requests:
+        step(scheduler, 9)
+    assert set(proposer.released) == {first.request_id, second.request_id, late.request_id}
+    assert_idle_and_clean(scheduler)
+
+
+def test_a_batch_proposer_forgets_a_preempted_request():
+    proposer = BatchRecorder([21, 22, 23])
+    config = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=128)
+    scheduler = Scheduler(config, BlockManager(4, 4), Speculator(proposer, 3, 128))
+    older = make_request(num_prompt_tokens=7, max_tokens=9, can_speculate=False)
+    newer = make_request(num_prompt_tokens=8, max_tokens=4)
+    for request in (older, newer):
+        scheduler.add_request(request)
+    step(scheduler, 9)  # 2 + 2 blocks: the pool is full
+    plan, _ = step(scheduler, 9)  # older needs a block for its token: newer is preempted
+    assert plan.preempted_request_ids == [newer.request_id]
+    assert proposer.released == [newer.request_id]
+    for live in list(scheduler.requests):
+        scheduler.finish_request(live, FinishReason.ABORT)
     assert_idle_and_clean(scheduler)

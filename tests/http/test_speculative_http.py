@@ -1,5 +1,5 @@
-"""`llmd serve --speculative-method ngram`: the same completions as without it, and the
-speculative-decoding counters on /metrics under vLLM's names."""
+"""`llmd serve --speculative-method ngram` (or `draft --draft-model`): the same completions
+as without it, and the speculative-decoding counters on /metrics under vLLM's names."""
 
 from __future__ import annotations
 
@@ -56,6 +56,20 @@ def test_completions_match_the_daemon_without_speculation(served_http, speculati
     assert num_accepted <= num_draft_tokens <= 3 * num_drafts
     per_position = [v for (name, _), v in samples.items() if name.endswith("_per_pos_total")]
     assert sum(per_position) == num_accepted
+
+
+def test_a_daemon_drafting_with_its_own_model_as_the_draft_accepts_every_draft_token(
+    served_http, tiny_model_dir, tmp_path_factory
+):
+    args = [*DAEMON_ARGS, "--speculative-method", "draft", "--draft-model", str(tiny_model_dir),
+            "--num-speculative-tokens", "3"]  # fmt: skip
+    with http_daemon(tiny_model_dir, tmp_path_factory.mktemp("http-draft"), args) as drafting:
+        for prompt in PROMPTS:
+            assert _complete(drafting, prompt) == _complete(served_http, prompt)
+        samples = _spec_samples(drafting)
+    num_draft_tokens = samples[("llmd:spec_decode_num_draft_tokens_total", "")]
+    assert samples[("llmd:spec_decode_num_drafts_total", "")] > 0
+    assert samples[("llmd:spec_decode_num_accepted_tokens_total", "")] == num_draft_tokens > 0
 
 
 def test_timings_carry_the_requests_own_acceptance(speculating_http):
