@@ -57,14 +57,14 @@ DECODE_CONFIGS = {
     80: W4A16Config(16, 64, 128, 4, 4),
     86: W4A16Config(16, 64, 128, 4, 3),
     89: W4A16Config(16, 64, 128, 4, 3),
-    90: W4A16Config(16, 128, 128, 4, 4),
+    90: W4A16Config(16, 64, 128, 4, 4),
 }
 """M <= DECODE_ROWS, per arch (launch_configs.arch_of): bandwidth-bound, so narrow rows and
 long K tiles. Not tuned on hardware (never run on a GPU): conventional tiles, each
 compiled by scripts/compile_kernels.py within its arch's shared memory, without spills."""
 PREFILL_CONFIGS = {
     INTERPRETER_ARCH: W4A16Config(16, 32, 32, 1, 1),
-    80: W4A16Config(64, 128, 64, 4, 3),
+    80: W4A16Config(64, 128, 64, 8, 3),
     86: W4A16Config(64, 64, 64, 4, 3),
     89: W4A16Config(64, 64, 64, 4, 3),
     90: W4A16Config(64, 128, 64, 8, 4),
