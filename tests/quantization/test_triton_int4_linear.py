@@ -43,8 +43,10 @@ enable_interpreter_without_cuda()  # before llmd.kernels.w4a16_gemm is imported 
 FOUR_BIT_RECIPES = [name for name, recipe in RECIPES.items() if recipe.num_bits == 4]
 RELATIVE_TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5}
 """Largest |layer - reference| / max |reference| (see tests/kernels/test_w4a16_gemm.py)."""
-LOGITS_ATOL = 1e-4
-"""float32 logits (about 3 at most) of the Triton-layer model and the dequantized one."""
+LOGITS_ATOL = {torch.float32: 1e-4, torch.bfloat16: 0.1}
+"""|Triton-layer model - dequantized model| over the logits (about 3 at most): float32
+differs in summation order (2e-6 measured); bfloat16 rounds the dense weights, activations
+and outputs (0.04 measured)."""
 MODULE = "model.layers.0.mlp.down_proj"
 
 
@@ -119,26 +121,33 @@ def triton_layers_on_cpu(monkeypatch):
     )
 
 
-@pytest.mark.parametrize("recipe", ["w4a16-asym-g32", "awq-g32", "gptq-act-order-g32",
-                                    "w4a16-channel"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("recipe", "dtype"),
+    [
+        ("w4a16-asym-g32", torch.float32),
+        ("awq-g32", torch.float32),
+        ("gptq-act-order-g32", torch.float32),
+        ("w4a16-channel", torch.float32),
+        ("gptq-g32", torch.bfloat16),  # the dtype a GPU serves in
+    ],
+)
 def test_a_tiny_model_on_the_triton_layer_matches_the_dequantized_model(
-    tmp_path, recipe, triton_layers_on_cpu
+    tmp_path, recipe, dtype, triton_layers_on_cpu
 ):
     skip_unless_runnable("cpu")
     from tests.quantized_checkpoints import write_quantized_pair
 
     quantized, reference = write_quantized_pair(tmp_path, "llama", recipe)
     hf_config = load_hf_config(quantized)
-    model = load_model(quantized, hf_config, TorchAttentionBackend(), torch.float32,
-                       torch.device("cpu"))  # fmt: skip
+    cpu = torch.device("cpu")
+    model = load_model(quantized, hf_config, TorchAttentionBackend(), dtype, cpu)
     decoder_linears = [m for n, m in model.named_modules() if ".layers." in n and
                        isinstance(m, (TritonInt4Linear, torch.nn.Linear))]  # fmt: skip
     assert len(decoder_linears) == 4 * hf_config.num_hidden_layers
     assert all(type(module) is TritonInt4Linear for module in decoder_linears)
-    dense = load_model(reference, load_hf_config(reference), TorchAttentionBackend(),
-                       torch.float32, torch.device("cpu"))  # fmt: skip
+    dense = load_model(reference, load_hf_config(reference), TorchAttentionBackend(), dtype, cpu)
     assert model_weight_bytes(model) < model_weight_bytes(dense)
     token_ids = prompt()
-    got = llmd_logits(model, hf_config, token_ids, torch.float32)
-    expected = llmd_logits(dense, hf_config, token_ids, torch.float32)
-    assert (got - expected).abs().max().item() < LOGITS_ATOL
+    got = llmd_logits(model, hf_config, token_ids, dtype)
+    expected = llmd_logits(dense, hf_config, token_ids, dtype)
+    assert (got - expected).abs().max().item() < LOGITS_ATOL[dtype]
