@@ -2,7 +2,7 @@
 the writer quantized, and a whole tiny model through it against the dequantized model.
 
 On machines without CUDA the kernel runs in triton's interpreter; the layer is then built on
-CPU by bypassing the CUDA-only choice in `build_linear` (see `triton_layers_on_cpu`).
+CPU by bypassing the CUDA-only choice in `build_linear` (`choose_triton_layers_on_cpu`).
 """
 
 from __future__ import annotations
@@ -112,8 +112,7 @@ def test_only_4_bit_weights_on_cuda_with_fitting_groups_are_taken():
     assert not fits_w4a16_kernel(odd_groups)  # groups of 24: no K tile divides them
 
 
-@pytest.fixture
-def triton_layers_on_cpu(monkeypatch):
+def choose_triton_layers_on_cpu(monkeypatch) -> None:
     """Make `build_linear` choose the Triton layer where it fits, as it does on CUDA."""
     monkeypatch.setattr(linear_builder, "can_run_int4", lambda weight, device: False)
     monkeypatch.setattr(
@@ -132,22 +131,24 @@ def triton_layers_on_cpu(monkeypatch):
     ],
 )
 def test_a_tiny_model_on_the_triton_layer_matches_the_dequantized_model(
-    tmp_path, recipe, dtype, triton_layers_on_cpu
+    tmp_path, device, recipe, dtype, monkeypatch
 ):
-    skip_unless_runnable("cpu")
+    """On CUDA the loader's own choice is checked; on CPU it is forced (interpreter)."""
     from tests.quantized_checkpoints import write_quantized_pair
 
+    if device == "cpu":
+        choose_triton_layers_on_cpu(monkeypatch)
+    on = torch.device(device)
     quantized, reference = write_quantized_pair(tmp_path, "llama", recipe)
     hf_config = load_hf_config(quantized)
-    cpu = torch.device("cpu")
-    model = load_model(quantized, hf_config, TorchAttentionBackend(), dtype, cpu)
+    model = load_model(quantized, hf_config, TorchAttentionBackend(), dtype, on)
     decoder_linears = [m for n, m in model.named_modules() if ".layers." in n and
                        isinstance(m, (TritonInt4Linear, torch.nn.Linear))]  # fmt: skip
     assert len(decoder_linears) == 4 * hf_config.num_hidden_layers
     assert all(type(module) is TritonInt4Linear for module in decoder_linears)
-    dense = load_model(reference, load_hf_config(reference), TorchAttentionBackend(), dtype, cpu)
+    dense = load_model(reference, load_hf_config(reference), TorchAttentionBackend(), dtype, on)
     assert model_weight_bytes(model) < model_weight_bytes(dense)
     token_ids = prompt()
-    got = llmd_logits(model, hf_config, token_ids, dtype)
-    expected = llmd_logits(dense, hf_config, token_ids, dtype)
+    got = llmd_logits(model, hf_config, token_ids, dtype, on)
+    expected = llmd_logits(dense, hf_config, token_ids, dtype, on)
     assert (got - expected).abs().max().item() < LOGITS_ATOL[dtype]
