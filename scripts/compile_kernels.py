@@ -161,11 +161,11 @@ def launch_cases(dtype: torch.dtype, head_dim: int) -> list[tuple[str, object]]:
             query, cache, cache, tables, lens, starts, 32, 0.1
         )
 
-    def w4a16(num_rows, dtype):
+    def w4a16(num_rows, dtype, num_splits=1):
         packed, scales = torch.empty(512, 4096, dtype=i32), torch.empty(32, 4096)
         return lambda: w4a16_gemm.w4a16_gemm(
             torch.empty(num_rows, 4096, dtype=dtype), packed, scales, scales, 128,
-            torch.empty(4096, dtype=dtype))  # fmt: skip
+            torch.empty(4096, dtype=dtype), num_splits=num_splits)  # fmt: skip
 
     tokens = torch.empty(8, 8, head_dim, dtype=dtype)
     cache = torch.empty(4, 16, 8, head_dim, dtype=dtype)
@@ -188,6 +188,7 @@ def launch_cases(dtype: torch.dtype, head_dim: int) -> list[tuple[str, object]]:
             torch.empty(64, 2048, dtype=dtype), torch.empty(128, 1536, 2048, dtype=dtype),
             torch.full((128,), 0).index_fill_(0, torch.arange(8), 8))),
         ("w4a16 decode", w4a16(1, dtype)),  # Llama-3-8B's o_proj, AWQ-style g128 with zeros
+        ("w4a16 decode split", w4a16(1, dtype, num_splits=4)),
         ("w4a16 prefill", w4a16(64, dtype)),
     ]  # fmt: skip
 

@@ -11,6 +11,8 @@ symmetric): w[n, k] = (code - zero[k // G, n]) * scale[k // G, n].
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +41,11 @@ MIN_BLOCK_K = 16
 """Smallest K tile tl.dot takes; a group size must be a multiple of it."""
 DECODE_ROWS = 16
 """Up to this many rows (decode batches) get the skinny tiles."""
+SPLIT_PROGRAMS_PER_SM = 2
+"""Split K when fewer programs than this many per SM would run (a decode of a narrow N)."""
+MIN_TILES_PER_SPLIT = 4
+"""K tiles each split keeps at least (fewer make the fp32 partials cost more than they save)."""
+MAX_NUM_SPLITS = 16
 
 
 @dataclass(frozen=True)
@@ -88,9 +95,27 @@ def k_tile(block_k: int, group_size: int) -> int:
     return block_k if block_k >= MIN_BLOCK_K else 0
 
 
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    """Streaming multiprocessors of `device` (1 off CUDA, where only the interpreter runs)."""
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def choose_num_splits(num_programs: int, num_k_tiles: int, num_sms: int) -> int:
+    """Split-K factor: >1 only when `num_programs` tiles of the output leave SMs idle (a
+    decode step's narrow projections), each split keeping MIN_TILES_PER_SPLIT K tiles."""
+    target_programs = SPLIT_PROGRAMS_PER_SM * num_sms
+    if num_programs >= target_programs:
+        return 1
+    num_splits = math.ceil(target_programs / max(num_programs, 1))
+    return max(1, min(num_splits, num_k_tiles // MIN_TILES_PER_SPLIT, MAX_NUM_SPLITS))
+
+
 @triton.jit
 def _w4a16_gemm_kernel(
-    out_ptr,  # [M, N]
+    out_ptr,  # [M, N], or [splits, M, N] float32 partials when IS_SPLIT
     x_ptr,  # [M, K]
     packed_ptr,  # [K / 8, N] int32
     scales_ptr,  # [G, N] float32
@@ -101,15 +126,17 @@ def _w4a16_gemm_kernel(
     K,
     stride_x,
     stride_out,
+    k_tiles_per_split,
     GROUP_SIZE: tl.constexpr,
     HAS_ZEROS: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    IS_SPLIT: tl.constexpr,
     DOT_IN_FP32: tl.constexpr,
 ):
-    """One program: BLOCK_M rows times BLOCK_N output columns, over all of K."""
+    """One program: BLOCK_M rows times BLOCK_N output columns over its split's K tiles."""
     row_offs = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     col_offs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = row_offs < M
@@ -118,7 +145,10 @@ def _w4a16_gemm_kernel(
     shifts = (tl.arange(0, 8) * 4).to(tl.int32)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     x_ptrs = x_ptr + row_offs.to(tl.int64)[:, None] * stride_x
-    for k_start in range(0, K, BLOCK_K):
+    split = tl.program_id(2)
+    k_begin = split * k_tiles_per_split * BLOCK_K
+    k_end = tl.minimum(k_begin + k_tiles_per_split * BLOCK_K, K)
+    for k_start in range(k_begin, k_end, BLOCK_K):
         k_offs = k_start + tl.arange(0, BLOCK_K)
         k_mask = k_offs < K
         a = tl.load(x_ptrs + k_offs[None, :], mask=row_mask[:, None] & k_mask[None, :], other=0.0)
@@ -141,6 +171,8 @@ def _w4a16_gemm_kernel(
             acc += tl.dot(a, w.to(a.dtype))
     if HAS_BIAS:
         acc += tl.load(bias_ptr + col_offs, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    if IS_SPLIT:
+        out_ptr += split.to(tl.int64) * M * N  # this split's [M, N] partials
     out_ptrs = out_ptr + row_offs.to(tl.int64)[:, None] * stride_out + col_offs[None, :]
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=row_mask[:, None] & col_mask[None, :])
 
@@ -152,8 +184,12 @@ def w4a16_gemm(
     zeros: torch.Tensor | None,  # [ceil(K / G), N] float32 unsigned zero points
     group_size: int,
     bias: torch.Tensor | None = None,  # [N], x's dtype
+    num_splits: int | None = None,
 ) -> torch.Tensor:  # [M, N], x's dtype
-    """out = x @ dequant(packed, scales, zeros)^T (+ bias), accumulated in fp32."""
+    """out = x @ dequant(packed, scales, zeros)^T (+ bias), accumulated in fp32.
+
+    K is split (fp32 partials summed after) when too few output tiles would fill the GPU;
+    `num_splits` forces the factor (1 = no split), for tests and benchmarks."""
     tensors = {"x": x, "packed": packed, "scales": scales}
     tensors |= {"zeros": zeros} if zeros is not None else {}
     tensors |= {"bias": bias} if bias is not None else {}
@@ -186,15 +222,35 @@ def w4a16_gemm(
     config = w4a16_config(arch_of(x.device), num_rows, x.dtype)
     block_k = k_tile(config.block_k, group_size)
     require(block_k > 0, "group_size", f"must be a multiple of {MIN_BLOCK_K}, got {group_size}")
-    grid = (triton.cdiv(num_rows, config.block_m), triton.cdiv(num_cols, config.block_n))
-    _w4a16_gemm_kernel[grid](
-        out, x, packed, scales, scales if zeros is None else zeros, out if bias is None else bias,
-        num_rows, num_cols, depth, x.stride(0), out.stride(0),
-        GROUP_SIZE=group_size, HAS_ZEROS=zeros is not None, HAS_BIAS=bias is not None,
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=block_k,
+    grid_m, grid_n = triton.cdiv(num_rows, config.block_m), triton.cdiv(num_cols, config.block_n)
+    num_k_tiles = triton.cdiv(depth, block_k)
+    if num_splits is None:
+        num_splits = choose_num_splits(grid_m * grid_n, num_k_tiles, _num_sms(x.device))
+    require(isinstance(num_splits, int) and 1 <= num_splits <= MAX_NUM_SPLITS, "num_splits",
+            f"must be an int in [1, {MAX_NUM_SPLITS}], got {num_splits!r}")  # fmt: skip
+    k_tiles_per_split = triton.cdiv(num_k_tiles, num_splits)
+    num_splits = triton.cdiv(num_k_tiles, k_tiles_per_split)  # no split left without K
+    is_split = num_splits > 1
+    target = out
+    if is_split:
+        target = torch.empty((num_splits, num_rows, num_cols), dtype=torch.float32,
+                             device=x.device)  # fmt: skip
+    _w4a16_gemm_kernel[(grid_m, grid_n, num_splits)](
+        target, x, packed, scales, scales if zeros is None else zeros,
+        out if bias is None else bias,
+        num_rows, num_cols, depth, x.stride(0), num_cols if is_split else out.stride(0),
+        k_tiles_per_split,
+        GROUP_SIZE=group_size, HAS_ZEROS=zeros is not None,
+        HAS_BIAS=bias is not None and not is_split,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=block_k, IS_SPLIT=is_split,
         DOT_IN_FP32=must_dot_in_fp32(x.dtype),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
+    if is_split:
+        summed = target.sum(dim=0)  # [M, N] float32
+        if bias is not None:
+            summed += bias
+        out.copy_(summed)
     return out
 
 

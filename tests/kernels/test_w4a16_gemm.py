@@ -10,6 +10,8 @@ from llmd.errors import InvalidParameterError
 from llmd.kernels import launch_configs
 from llmd.kernels.w4a16_gemm import (
     DECODE_ROWS,
+    MAX_NUM_SPLITS,
+    choose_num_splits,
     k_tile,
     pack_int4_along_k,
     w4a16_config,
@@ -65,6 +67,32 @@ def test_matches_dequantize_then_matmul(device, dtype, shape, num_rows):
     weight = (codes.float() - zero) * scales[columns].t()  # [N, K]
     independent = x.float() @ weight.t() + bias.float()
     assert relative_error(expected, independent) < RELATIVE_TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("num_splits", [2, 3, 16])
+@pytest.mark.parametrize("shape", ["g32-zeros-partial-k", "g128-zeros"])
+def test_split_k_sums_to_the_same_product(device, num_splits, shape):
+    num_cols, depth, group_size, has_zeros = SHAPES[shape]
+    codes, scales, zeros, bias = random_operands(num_cols, depth, group_size, has_zeros,
+                                                 torch.float16)  # fmt: skip
+    x = torch.randn(1, depth, generator=torch.Generator().manual_seed(7)).half()
+    packed = pack_int4_along_k(codes)
+    got = w4a16_gemm(x.to(device), packed.to(device), scales.to(device), zeros.to(device),
+                     group_size, bias.to(device), num_splits=num_splits).cpu()  # fmt: skip
+    unsplit = w4a16_gemm(x.to(device), packed.to(device), scales.to(device), zeros.to(device),
+                         group_size, bias.to(device), num_splits=1).cpu()  # fmt: skip
+    expected = w4a16_reference(x, packed, scales, zeros, group_size, bias)
+    assert relative_error(got, expected) < RELATIVE_TOLERANCE[torch.float16]
+    assert relative_error(got, unsplit) < RELATIVE_TOLERANCE[torch.float16]
+
+
+def test_k_is_split_only_when_the_output_tiles_leave_sms_idle():
+    assert choose_num_splits(num_programs=64, num_k_tiles=32, num_sms=132) == 5  # 264 / 64
+    assert choose_num_splits(num_programs=448, num_k_tiles=32, num_sms=132) == 1
+    assert choose_num_splits(num_programs=1, num_k_tiles=32, num_sms=132) == 8  # 4 tiles each
+    assert choose_num_splits(num_programs=1, num_k_tiles=1024, num_sms=132) == MAX_NUM_SPLITS
+    assert choose_num_splits(num_programs=4, num_k_tiles=3, num_sms=132) == 1  # K too short
+    assert choose_num_splits(num_programs=4, num_k_tiles=64, num_sms=1) == 1  # interpreter
 
 
 def test_fp32_rows_keep_fp32_accuracy(device):
@@ -124,6 +152,7 @@ def test_the_k_tile_divides_the_group():
         ({"bias": torch.zeros(16)}, "bias"),  # float32 bias for float16 rows
         ({"group_size": 8, "scales": torch.zeros(8, 16)}, "group_size"),
         ({"x": torch.zeros(3, 64, dtype=torch.int32)}, "x"),
+        ({"num_splits": 0}, "num_splits"),
     ],
 )
 def test_rejects_bad_inputs(change, field, monkeypatch):
@@ -135,6 +164,7 @@ def test_rejects_bad_inputs(change, field, monkeypatch):
         "zeros": None,
         "group_size": 32,
         "bias": None,
+        "num_splits": None,
     } | change
     with pytest.raises(InvalidParameterError) as error:
         w4a16_gemm(**args)
