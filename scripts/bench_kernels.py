@@ -5,7 +5,8 @@ Each kernel is timed with CUDA events over replays of a CUDA graph of a loop of 
 (warm-up, then the median over several runs), as the engine's decode steps run, with the
 eager per-call time beside it and reported as achieved GB/s (bytes it must move / time) next to the
 device-to-device copy bandwidth measured in the same run; prefill also reports TFLOP/s.
-The headline is decode attention at 4k context (goal: >= 70% of copy bandwidth).
+The headline is decode attention at 4k context (goal: >= 70% of copy bandwidth); the W4A16
+GEMM (never yet run on a GPU) is timed beside F.linear on the dense weight of its shape.
 
     .venv/bin/python scripts/bench_kernels.py --json bench.json
     .venv/bin/python scripts/bench_kernels.py --interpret   # CPU smoke run, tiny sizes
@@ -281,6 +282,38 @@ def elementwise_cases(device, dtype, sizes) -> list[Case]:
     return cases
 
 
+def w4a16_cases(device, dtype, sizes) -> list[Case]:
+    """The W4A16 GEMM (g128 with zero points) beside F.linear on the same shape's dense
+    weight: bytes are the packed codes, scales, zeros, rows and output (dense: the weight)."""
+    import torch.nn.functional as F
+
+    from llmd.kernels.w4a16_gemm import pack_int4_along_k, w4a16_gemm
+
+    cases = []
+    for num_rows, depth, num_cols in sizes["w4a16"]:
+        group_size = sizes["w4a16_group"]
+        num_groups = -(-depth // group_size)
+        codes = torch.randint(0, 16, (num_cols, depth), device=device)
+        packed = pack_int4_along_k(codes)
+        scales = torch.rand(num_groups, num_cols, device=device) * 0.01
+        zeros = torch.randint(0, 16, (num_groups, num_cols), device=device).float()
+        x = torch.randn(num_rows, depth, dtype=dtype, device=device)
+        dense = torch.randn(num_cols, depth, dtype=dtype, device=device)
+        element = x.element_size()
+        io_bytes = (x.numel() + num_rows * num_cols) * element
+        quantized_bytes = packed.numel() * 4 + 2 * scales.numel() * 4 + io_bytes
+        shape = f"m={num_rows} k={depth} n={num_cols} g={group_size}"
+        flops = 2 * num_rows * depth * num_cols
+
+        def run(x=x, p=packed, s=scales, z=zeros, g=group_size):
+            return w4a16_gemm(x, p, s, z, g)
+
+        cases.append(Case("w4a16_gemm", shape, run, quantized_bytes, flops))
+        cases.append(Case("dense_linear", shape, lambda x=x, w=dense: F.linear(x, w),
+                          dense.numel() * element + io_bytes, flops))  # fmt: skip
+    return cases
+
+
 GPU_SIZES = {
     "attention": (32, 8, 128, 16),  # query heads, KV heads, head_dim, block_size (Llama-3-8B)
     "decode": [(32, 4096), (64, 4096), (1, 32768), (256, 1024)],  # (batch, context)
@@ -288,6 +321,8 @@ GPU_SIZES = {
     "tokens": 8192,
     "hidden": 4096,
     "intermediate": 14336,
+    "w4a16": [(1, 4096, 4096), (16, 4096, 28672), (2048, 4096, 4096)],  # decode, prefill
+    "w4a16_group": 128,
 }
 SMOKE_SIZES = {
     "attention": (4, 2, 64, 16),
@@ -296,6 +331,8 @@ SMOKE_SIZES = {
     "tokens": 8,
     "hidden": 64,
     "intermediate": 64,
+    "w4a16": [(1, 64, 96), (33, 64, 96)],
+    "w4a16_group": 32,
 }
 
 
@@ -335,7 +372,7 @@ def main() -> None:
     del copy
 
     cases = decode_cases(args, device, dtype, sizes) + prefill_cases(device, dtype, sizes)
-    cases += elementwise_cases(device, dtype, sizes)
+    cases += elementwise_cases(device, dtype, sizes) + w4a16_cases(device, dtype, sizes)
     results = []
     for case in cases:
         elapsed_us = time_us(case.run, device, args.warmup, args.iters, args.runs)

@@ -42,6 +42,7 @@ from llmd.kernels import (
     rmsnorm,
     rotary,
     silu_mul,
+    w4a16_gemm,
 )
 
 POINTER_TYPES = {
@@ -72,7 +73,7 @@ class CapturedLaunch:
 def capture_kernels(launches: list) -> None:
     """Swap each kernel module's kernels for recorders and make the checks accept CPU tensors."""
     kernel_modules = (decode_attention, prefill_attention, kv_store, rmsnorm, rotary, silu_mul,
-                      grouped_gemm)  # fmt: skip
+                      grouped_gemm, w4a16_gemm)  # fmt: skip
     for module in kernel_modules:
         for name in dir(module):
             value = getattr(module, name)
@@ -93,7 +94,7 @@ def _first_device(tensors: dict) -> torch.device:
 
 def target_arch(arch: int) -> None:
     """Make the launchers pick `arch`'s launch configuration and SM count."""
-    for module in (decode_attention, prefill_attention, grouped_gemm):
+    for module in (decode_attention, prefill_attention, grouped_gemm, w4a16_gemm):
         module.arch_of = lambda device: arch
     decode_attention._num_sms = lambda device: NUM_SMS[arch]
 
@@ -160,6 +161,12 @@ def launch_cases(dtype: torch.dtype, head_dim: int) -> list[tuple[str, object]]:
             query, cache, cache, tables, lens, starts, 32, 0.1
         )
 
+    def w4a16(num_rows, dtype, num_splits=1):
+        packed, scales = torch.empty(512, 4096, dtype=i32), torch.empty(32, 4096)
+        return lambda: w4a16_gemm.w4a16_gemm(
+            torch.empty(num_rows, 4096, dtype=dtype), packed, scales, scales, 128,
+            torch.empty(4096, dtype=dtype), num_splits=num_splits)  # fmt: skip
+
     tokens = torch.empty(8, 8, head_dim, dtype=dtype)
     cache = torch.empty(4, 16, 8, head_dim, dtype=dtype)
     hidden = torch.empty(8, 4096, dtype=dtype)
@@ -180,6 +187,9 @@ def launch_cases(dtype: torch.dtype, head_dim: int) -> list[tuple[str, object]]:
         ("grouped_gemm", lambda: grouped_gemm.grouped_gemm(  # Qwen3-30B-A3B's gate/up
             torch.empty(64, 2048, dtype=dtype), torch.empty(128, 1536, 2048, dtype=dtype),
             torch.full((128,), 0).index_fill_(0, torch.arange(8), 8))),
+        ("w4a16 decode", w4a16(1, dtype)),  # Llama-3-8B's o_proj, AWQ-style g128 with zeros
+        ("w4a16 decode split", w4a16(1, dtype, num_splits=4)),
+        ("w4a16 prefill", w4a16(64, dtype)),
     ]  # fmt: skip
 
 

@@ -5,7 +5,7 @@
 #
 # Stages (each with its own timeout; a failure is recorded in the report, never fatal):
 #   env            versions, GPU name (nvidia-smi); stops early if the machine cannot run it
-#   kernel_tests   pytest -m cuda tests/kernels tests/attention
+#   kernel_tests   pytest -m cuda tests/kernels tests/attention and the W4A16 layer tests
 #   bench_kernels  scripts/bench_kernels.py --json (GB/s and % of copy bandwidth)
 #   engine_tests   pytest -m cuda tests/runner tests/layers tests/integration
 #                  (CUDA graphs vs eager vs HF greedy tokens, async vs sync scheduling,
@@ -97,7 +97,8 @@ if [[ $(tail -n 1 "$STAGES" | cut -f 2) != passed ]]; then
 fi
 
 # ---------------------------------------------------------------- correctness on CUDA
-run_stage kernel_tests 100 "$PYTHON" -m pytest -m cuda tests/kernels tests/attention -q \
+run_stage kernel_tests 100 "$PYTHON" -m pytest -m cuda tests/kernels tests/attention \
+    tests/quantization/test_triton_int4_linear.py -q \
     -p no:cacheprovider --junitxml="$OUT_DIR/kernel_tests.xml"
 
 # ---------------------------------------------------------------- kernel bandwidth (cheap: early)

@@ -10,8 +10,9 @@ from torch import nn
 
 from llmd.quantization.int4_linear import Int4Linear
 from llmd.quantization.int8_linear import Int8Linear
+from llmd.quantization.triton_int4_linear import TritonInt4Linear
 
-QUANTIZED_LAYERS = (Int4Linear, Int8Linear)
+QUANTIZED_LAYERS = (Int4Linear, Int8Linear, TritonInt4Linear)
 """Layers whose weights are buffers (codes, scales, zeros) rather than parameters."""
 
 

@@ -86,3 +86,19 @@ def test_the_grouped_gemm_fits_every_arch_in_fp32_and_bf16(tmp_path):
         for dtype in ("bfloat16", "float32")
     }
     assert not [row for row in rows if row["problems"]]
+
+
+def test_the_w4a16_gemm_fits_every_arch_for_decode_and_prefill(tmp_path):
+    """The 4-bit weight GEMM (never run on a GPU): its decode (whole and split K) and prefill
+    tiles must compile clean on every arch, with tensor-core dots."""
+    pytest.importorskip("triton")
+    rows = _compile(
+        tmp_path, "--arch", *ARCHS, "--dtype", "bfloat16", "--head-dim", "64", "--case", "w4a16"
+    )
+    assert {(row["arch"], row["case"]) for row in rows} == {
+        (arch, case)
+        for arch in launch_configs.SUPPORTED_ARCHS
+        for case in ("w4a16 decode", "w4a16 decode split", "w4a16 prefill")
+    }
+    assert not [row for row in rows if row["problems"]]
+    assert all({"mma.sync", "wgmma"} & set(row["ptx"]) for row in rows)

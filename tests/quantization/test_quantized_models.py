@@ -53,22 +53,28 @@ def single_thread():
     torch.set_num_threads(num_threads)
 
 
-def llmd_logits(model, hf_config, token_ids: list[int], dtype: torch.dtype) -> torch.Tensor:
-    """[len, vocab] logits of one prompt prefilled through llmd's paged model."""
+def llmd_logits(
+    model, hf_config, token_ids: list[int], dtype: torch.dtype, device: torch.device = CPU
+) -> torch.Tensor:
+    """[len, vocab] logits of one prompt prefilled through llmd's paged model on `device`."""
     shape = model_shape(hf_config)
     num_blocks = -(-len(token_ids) // BLOCK_SIZE)
     cache_shape = (num_blocks, BLOCK_SIZE, shape.num_kv_heads, shape.head_dim)
     kv_caches = [
-        (torch.zeros(cache_shape, dtype=dtype), torch.zeros(cache_shape, dtype=dtype))
+        (
+            torch.zeros(cache_shape, dtype=dtype, device=device),
+            torch.zeros(cache_shape, dtype=dtype, device=device),
+        )
         for _ in range(shape.num_layers)
     ]
     metadata, _ = build_metadata(
-        [len(token_ids)], [len(token_ids)], BLOCK_SIZE, num_blocks,
+        [len(token_ids)], [len(token_ids)], BLOCK_SIZE, num_blocks, device=device,
         block_ids_per_seq=[list(range(num_blocks))],
     )  # fmt: skip
     with torch.no_grad():
-        hidden = model(torch.tensor(token_ids), torch.arange(len(token_ids)), kv_caches, metadata)
-        return model.compute_logits(hidden)
+        positions = torch.arange(len(token_ids), device=device)
+        hidden = model(torch.tensor(token_ids, device=device), positions, kv_caches, metadata)
+        return model.compute_logits(hidden).cpu()
 
 
 def load_llmd(path, dtype: torch.dtype = torch.float32):
