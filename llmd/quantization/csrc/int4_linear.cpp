@@ -1,0 +1,184 @@
+// Weight-only int4 linear for decode-sized batches on the CPU, over llmd's own packing:
+// out = x W^T + b with W[n, k] = (q[n, k] - zero[g, n]) * scale[g, n], g = k / group_size.
+//
+// Layout (packed once at load by Int4Linear): output rows in blocks of 32, each block K
+// records of 16 bytes; byte j of record k holds row 32b + j in its low nibble and row
+// 32b + 16 + j in its high one, as q + 8 (0..15). One record is one column of 32 rows, so
+// the lanes run along N: a record widens (and, shift, subtract 8, vpmovsxbd, vcvtdq2ps) into
+// two 16-lane vectors that each activation row meets with one FMA by its broadcast x[m, k].
+// Any K and any group size work; a group's partial sums take their scale (and zero point,
+// by the group's sum of x) once per group. Each block is read once for all rows of a call,
+// and blocks are split across at::parallel_for threads.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "weight_only_rows.h"
+
+namespace {
+
+using llmd_cpu::i8x16;
+using llmd_cpu::kMaxRowTile;
+using llmd_cpu::u8x16;
+using llmd_cpu::vec16;
+
+constexpr int64_t kBlockRows = 32;  // output rows per block of the packing
+constexpr int64_t kRecordBytes = 16;
+
+struct Int4Weight {
+  const uint8_t* packed;      // [N_pad / 32, K, 16]
+  const float* scales;        // [G, N_pad]
+  const float* zero_points;   // [G, N_pad] or null (symmetric)
+  int64_t padded_rows, k, group_size;
+};
+
+// acc[m][h] (rows 32b + 16h .. + 16) for MT activation rows of x ([MT, K] float32) and
+// their per-group sums x_sums ([MT, G]).
+template <int MT>
+void block_tile(const Int4Weight& w, int64_t block, const float* __restrict__ x,
+                const float* __restrict__ x_sums, int64_t num_groups, vec16 acc[][2]) {
+  const uint8_t* records = w.packed + block * w.k * kRecordBytes;
+  const int64_t row0 = block * kBlockRows;
+  for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = vec16{};
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t k_begin = g * w.group_size, k_end = std::min(w.k, k_begin + w.group_size);
+    vec16 part[MT][2] = {};
+    for (int64_t i = k_begin; i < k_end; ++i) {
+      const u8x16 bytes = *reinterpret_cast<const u8x16*>(records + i * kRecordBytes);
+      const i8x16 low = (i8x16)(bytes & 15) - 8;
+      const i8x16 high = (i8x16)(bytes >> 4) - 8;
+      const vec16 w_low = __builtin_convertvector(low, vec16);
+      const vec16 w_high = __builtin_convertvector(high, vec16);
+      for (int m = 0; m < MT; ++m) {
+        const float xv = x[m * w.k + i];
+        part[m][0] += w_low * xv;
+        part[m][1] += w_high * xv;
+      }
+    }
+    const float* scale = w.scales + g * w.padded_rows + row0;
+    const vec16 scale_v[2] = {llmd_cpu::load16(scale), llmd_cpu::load16(scale + 16)};
+    if (w.zero_points != nullptr) {
+      const float* zero = w.zero_points + g * w.padded_rows + row0;
+      const vec16 zero_v[2] = {llmd_cpu::load16(zero), llmd_cpu::load16(zero + 16)};
+      for (int m = 0; m < MT; ++m) {
+        const float x_sum = x_sums[m * num_groups + g];
+        for (int h = 0; h < 2; ++h) acc[m][h] += (part[m][h] - zero_v[h] * x_sum) * scale_v[h];
+      }
+    } else {
+      for (int m = 0; m < MT; ++m)
+        for (int h = 0; h < 2; ++h) acc[m][h] += part[m][h] * scale_v[h];
+    }
+  }
+}
+
+void check_weight(const at::Tensor& packed, const at::Tensor& scales,
+                  const c10::optional<at::Tensor>& zero_points, int64_t group_size) {
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.dim() == 3 && packed.is_contiguous() &&
+                  packed.size(2) == kRecordBytes,
+              "packed must be a contiguous uint8 [out_features / 32, in_features, 16] tensor");
+  const int64_t padded_rows = packed.size(0) * kBlockRows, k = packed.size(1);
+  TORCH_CHECK(group_size > 0, "group_size must be positive");
+  const int64_t num_groups = (k + group_size - 1) / group_size;
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.is_contiguous() && scales.dim() == 2 &&
+                  scales.size(0) == num_groups && scales.size(1) == padded_rows,
+              "scales must be a contiguous float32 [groups, padded out_features] tensor");
+  TORCH_CHECK(!zero_points.has_value() ||
+                  (zero_points->scalar_type() == at::kFloat && zero_points->is_contiguous() &&
+                   zero_points->sizes() == scales.sizes()),
+              "zero_points must be a contiguous float32 tensor of scales' shape");
+}
+
+Int4Weight weight_view(const at::Tensor& packed, const at::Tensor& scales,
+                       const c10::optional<at::Tensor>& zero_points, int64_t group_size) {
+  check_weight(packed, scales, zero_points, group_size);
+  return Int4Weight{packed.data_ptr<uint8_t>(), scales.data_ptr<float>(),
+                    zero_points.has_value() ? zero_points->data_ptr<float>() : nullptr,
+                    packed.size(0) * kBlockRows, packed.size(1), group_size};
+}
+
+// out [M, N] = x [M, K] W^T + bias, N = out's width (at most the packing's padded rows).
+void int4_linear_op(at::Tensor out, const at::Tensor& x, const at::Tensor& packed,
+                    const at::Tensor& scales, const c10::optional<at::Tensor>& zero_points,
+                    int64_t group_size, const c10::optional<at::Tensor>& bias) {
+  const Int4Weight w = weight_view(packed, scales, zero_points, group_size);
+  const int64_t n = out.size(1), num_rows = x.size(0);
+  TORCH_CHECK(n <= w.padded_rows && n > w.padded_rows - kBlockRows,
+              "out's width must be the weight's out_features");
+  llmd_cpu::check_rows_and_out(out, x, bias, n, w.k);
+  const int64_t num_groups = scales.size(0);
+  const std::vector<float> xf = llmd_cpu::rows_as_float(x);
+  std::vector<float> x_sums(static_cast<size_t>(num_rows * num_groups), 0.0f);
+  for (int64_t m = 0; m < num_rows; ++m)
+    for (int64_t i = 0; i < w.k; ++i) x_sums[m * num_groups + i / group_size] += xf[m * w.k + i];
+  const std::vector<float> bf = llmd_cpu::bias_as_float(bias, n);
+  std::vector<float> result(static_cast<size_t>(num_rows * n));
+  at::parallel_for(0, packed.size(0), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t block = begin; block < end; ++block) {
+      for (int64_t m0 = 0; m0 < num_rows; m0 += kMaxRowTile) {
+        vec16 acc[kMaxRowTile][2];
+        const float* xm = xf.data() + m0 * w.k;
+        const float* sums = x_sums.data() + m0 * num_groups;
+        const int64_t num_tile = std::min<int64_t>(kMaxRowTile, num_rows - m0);
+        switch (num_tile) {
+          case 1: block_tile<1>(w, block, xm, sums, num_groups, acc); break;
+          case 2: block_tile<2>(w, block, xm, sums, num_groups, acc); break;
+          case 3: block_tile<3>(w, block, xm, sums, num_groups, acc); break;
+          default: block_tile<4>(w, block, xm, sums, num_groups, acc); break;
+        }
+        for (int64_t m = 0; m < num_tile; ++m)
+          for (int64_t j = 0; j < kBlockRows && block * kBlockRows + j < n; ++j) {
+            const int64_t row = block * kBlockRows + j;
+            result[(m0 + m) * n + row] = acc[m][j / 16][j % 16] + bf[row];
+          }
+      }
+    }
+  });
+  llmd_cpu::write_rows(out, result);
+}
+
+// The dense weight [N, K] in out's dtype (float32 or bfloat16): what a prefill multiplies.
+void int4_dequantize_op(at::Tensor out, const at::Tensor& packed, const at::Tensor& scales,
+                        const c10::optional<at::Tensor>& zero_points, int64_t group_size) {
+  const Int4Weight w = weight_view(packed, scales, zero_points, group_size);
+  const int64_t n = out.size(0);
+  TORCH_CHECK(out.is_contiguous() && out.dim() == 2 && out.size(1) == w.k &&
+                  n <= w.padded_rows && n > w.padded_rows - kBlockRows &&
+                  (out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16),
+              "out must be a contiguous float32 or bfloat16 [out_features, in_features] tensor");
+  const bool is_bf16 = out.scalar_type() == at::kBFloat16;
+  void* dst = out.data_ptr();
+  at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(w.k));
+    for (int64_t r = begin; r < end; ++r) {
+      const uint8_t* records = w.packed + (r / kBlockRows) * w.k * kRecordBytes;
+      const int64_t j = r % kBlockRows, shift = j < 16 ? 0 : 4, byte = j % 16;
+      for (int64_t i = 0; i < w.k; ++i) {
+        const int64_t g = i / w.group_size;
+        const float q = static_cast<float>(((records[i * kRecordBytes + byte] >> shift) & 15) - 8);
+        const float zero = w.zero_points ? w.zero_points[g * w.padded_rows + r] : 0.0f;
+        row[i] = (q - zero) * w.scales[g * w.padded_rows + r];
+      }
+      if (is_bf16) {
+        uint16_t* bits = static_cast<uint16_t*>(dst) + r * w.k;
+        for (int64_t i = 0; i < w.k; ++i) bits[i] = llmd_cpu::bf16_bits(row[i]);
+      } else {
+        std::copy(row.begin(), row.end(), static_cast<float*>(dst) + r * w.k);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(llmd_cpu, m) {
+  m.def(
+      "int4_linear(Tensor(a!) out, Tensor x, Tensor packed, Tensor scales, Tensor? zero_points, "
+      "int group_size, Tensor? bias) -> ()");
+  m.impl("int4_linear", c10::DispatchKey::CPU, &int4_linear_op);
+  m.def(
+      "int4_dequantize(Tensor(a!) out, Tensor packed, Tensor scales, Tensor? zero_points, "
+      "int group_size) -> ()");
+  m.impl("int4_dequantize", c10::DispatchKey::CPU, &int4_dequantize_op);
+}

@@ -1,0 +1,85 @@
+// Shared pieces of llmd's weight-only int8/int4 linears on the CPU: the activation rows
+// converted once to float32, and the float32 results written in the output's dtype.
+//
+// The kernels read every weight byte once for all rows of a call (decode batches of 1-32
+// rows), so the activations are made float32 up front: each weight tile then meets the
+// rows from L1 with plain FMAs, and fp32 and bf16 callers share one inner loop.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "../../attention/csrc/vec_math.h"
+
+namespace llmd_cpu {
+
+typedef int8_t i8x16 __attribute__((vector_size(16), aligned(1)));
+typedef uint8_t u8x16 __attribute__((vector_size(16), aligned(1)));
+
+constexpr int kMaxRowTile = 4;  // activation rows per register tile of the kernels
+
+// [M, K] activations (float32 or bfloat16, contiguous rows) as float32, row-major.
+inline std::vector<float> rows_as_float(const at::Tensor& x) {
+  const int64_t num_rows = x.size(0), k = x.size(1);
+  std::vector<float> out(static_cast<size_t>(num_rows * k));
+  if (x.scalar_type() == at::kFloat) {
+    const float* src = x.data_ptr<float>();
+    for (int64_t r = 0; r < num_rows; ++r)
+      std::copy(src + r * x.stride(0), src + r * x.stride(0) + k, out.data() + r * k);
+  } else {
+    const c10::BFloat16* src = x.data_ptr<c10::BFloat16>();
+    for (int64_t r = 0; r < num_rows; ++r)
+      for (int64_t i = 0; i < k; ++i) out[r * k + i] = to_float(src[r * x.stride(0) + i]);
+  }
+  return out;
+}
+
+// Bias [N] (float32 or bfloat16) as float32, or zeros when absent.
+inline std::vector<float> bias_as_float(const c10::optional<at::Tensor>& bias, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n), 0.0f);
+  if (!bias.has_value()) return out;
+  const at::Tensor b = bias->to(at::kFloat).contiguous();
+  std::copy(b.data_ptr<float>(), b.data_ptr<float>() + n, out.data());
+  return out;
+}
+
+// The checks every weight-only op makes on its activations, output and bias.
+inline void check_rows_and_out(const at::Tensor& out, const at::Tensor& x,
+                               const c10::optional<at::Tensor>& bias, int64_t n, int64_t k) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.stride(1) == 1 && x.size(1) == k,
+              "x must be a CPU [rows, in_features] tensor with contiguous rows, in_features ", k);
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16,
+              "x must be float32 or bfloat16");
+  TORCH_CHECK(out.scalar_type() == x.scalar_type() && out.is_contiguous() && out.dim() == 2 &&
+                  out.size(0) == x.size(0) && out.size(1) == n,
+              "out must be a contiguous [rows, out_features] tensor of x's dtype, out_features ",
+              n);
+  TORCH_CHECK(!bias.has_value() || (bias->dim() == 1 && bias->size(0) == n),
+              "bias must be [out_features]");
+}
+
+// out = result ([M, N] float32, row-major), rounded once to out's dtype.
+inline void write_rows(at::Tensor& out, const std::vector<float>& result) {
+  if (out.scalar_type() == at::kFloat) {
+    std::copy(result.begin(), result.end(), out.data_ptr<float>());
+    return;
+  }
+  c10::BFloat16* dst = out.data_ptr<c10::BFloat16>();
+  for (size_t i = 0; i < result.size(); ++i) store_float(dst + i, result[i]);
+}
+
+// A finite float's bfloat16 bit pattern, rounded to nearest even (integer ops, so loops of
+// it vectorize on AVX2 and AVX-512 alike).
+inline uint16_t bf16_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+inline float lane_sum16(vec16 v) { return lane_sum(low_half(v) + high_half(v)); }
+
+}  // namespace llmd_cpu
