@@ -124,11 +124,12 @@ class Int4Linear(nn.Module):
                 self.bias,
             )  # fmt: skip
             return out
-        dense = rows.new_empty(self.out_features, self.in_features)  # [N, K]
+        dense_t = rows.new_empty(self.in_features, self.scales.shape[1])  # [K, N_pad]
         ops.int4_dequantize(
-            dense, self.packed_weight, self.scales, self.zero_points, self.group_size
+            dense_t, self.packed_weight, self.scales, self.zero_points, self.group_size
         )
-        return F.linear(rows, dense, self.bias)
+        out = torch.matmul(rows, dense_t[:, : self.out_features])  # [M, N]
+        return out if self.bias is None else out + self.bias
 
     def aten_forward(self, rows: torch.Tensor) -> torch.Tensor:
         """[M, K] -> [M, N] on torch's int4 kernel."""

@@ -19,13 +19,14 @@
 
 namespace {
 
-using llmd_cpu::i8x16;
 using llmd_cpu::kMaxRowTile;
-using llmd_cpu::u8x16;
 using llmd_cpu::vec16;
 
 constexpr int64_t kBlockRows = 32;  // output rows per block of the packing
 constexpr int64_t kRecordBytes = 16;
+constexpr int64_t kPrefetchRecords = 512;  // 8 KiB ahead of the stream
+template <int MT>
+constexpr int kChains = MT >= 3 ? 1 : 4 / MT;
 
 struct Int4Weight {
   const uint8_t* packed;      // [N_pad / 32, K, 16]
@@ -44,19 +45,33 @@ void block_tile(const Int4Weight& w, int64_t block, const float* __restrict__ x,
   for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = vec16{};
   for (int64_t g = 0; g < num_groups; ++g) {
     const int64_t k_begin = g * w.group_size, k_end = std::min(w.k, k_begin + w.group_size);
-    vec16 part[MT][2] = {};
-    for (int64_t i = k_begin; i < k_end; ++i) {
-      const u8x16 bytes = *reinterpret_cast<const u8x16*>(records + i * kRecordBytes);
-      const i8x16 low = (i8x16)(bytes & 15) - 8;
-      const i8x16 high = (i8x16)(bytes >> 4) - 8;
-      const vec16 w_low = __builtin_convertvector(low, vec16);
-      const vec16 w_high = __builtin_convertvector(high, vec16);
-      for (int m = 0; m < MT; ++m) {
-        const float xv = x[m * w.k + i];
-        part[m][0] += w_low * xv;
-        part[m][1] += w_high * xv;
+    // kChains independent sums per lane keep the FMA latency hidden at 1-2 rows.
+    vec16 part[MT][2][kChains<MT>] = {};
+    int64_t i = k_begin;
+    for (; i + kChains<MT> <= k_end; i += kChains<MT>) {
+      __builtin_prefetch(records + (i + kPrefetchRecords) * kRecordBytes);
+      for (int c = 0; c < kChains<MT>; ++c) {
+        vec16 w_low, w_high;
+        llmd_cpu::widen_nibbles(records + (i + c) * kRecordBytes, w_low, w_high);
+        for (int m = 0; m < MT; ++m) {
+          const float xv = x[m * w.k + i + c];
+          part[m][0][c] += w_low * xv;
+          part[m][1][c] += w_high * xv;
+        }
       }
     }
+    for (; i < k_end; ++i) {
+      vec16 w_low, w_high;
+      llmd_cpu::widen_nibbles(records + i * kRecordBytes, w_low, w_high);
+      for (int m = 0; m < MT; ++m) {
+        const float xv = x[m * w.k + i];
+        part[m][0][0] += w_low * xv;
+        part[m][1][0] += w_high * xv;
+      }
+    }
+    for (int m = 0; m < MT; ++m)
+      for (int h = 0; h < 2; ++h)
+        for (int c = 1; c < kChains<MT>; ++c) part[m][h][0] += part[m][h][c];
     const float* scale = w.scales + g * w.padded_rows + row0;
     const vec16 scale_v[2] = {llmd_cpu::load16(scale), llmd_cpu::load16(scale + 16)};
     if (w.zero_points != nullptr) {
@@ -64,11 +79,11 @@ void block_tile(const Int4Weight& w, int64_t block, const float* __restrict__ x,
       const vec16 zero_v[2] = {llmd_cpu::load16(zero), llmd_cpu::load16(zero + 16)};
       for (int m = 0; m < MT; ++m) {
         const float x_sum = x_sums[m * num_groups + g];
-        for (int h = 0; h < 2; ++h) acc[m][h] += (part[m][h] - zero_v[h] * x_sum) * scale_v[h];
+        for (int h = 0; h < 2; ++h) acc[m][h] += (part[m][h][0] - zero_v[h] * x_sum) * scale_v[h];
       }
     } else {
       for (int m = 0; m < MT; ++m)
-        for (int h = 0; h < 2; ++h) acc[m][h] += part[m][h] * scale_v[h];
+        for (int h = 0; h < 2; ++h) acc[m][h] += part[m][h][0] * scale_v[h];
     }
   }
 }
@@ -138,33 +153,39 @@ void int4_linear_op(at::Tensor out, const at::Tensor& x, const at::Tensor& packe
   llmd_cpu::write_rows(out, result);
 }
 
-// The dense weight [N, K] in out's dtype (float32 or bfloat16): what a prefill multiplies.
+// The dense weight transposed, [K, N_pad] in out's dtype (float32 or bfloat16): what a
+// prefill multiplies. Each record widens into two row vectors of column k, which take
+// their group's scale and zero point and are stored contiguously, so the pass is vectorized
+// end to end (a [N, K] result would need a transpose).
 void int4_dequantize_op(at::Tensor out, const at::Tensor& packed, const at::Tensor& scales,
                         const c10::optional<at::Tensor>& zero_points, int64_t group_size) {
   const Int4Weight w = weight_view(packed, scales, zero_points, group_size);
-  const int64_t n = out.size(0);
-  TORCH_CHECK(out.is_contiguous() && out.dim() == 2 && out.size(1) == w.k &&
-                  n <= w.padded_rows && n > w.padded_rows - kBlockRows &&
+  TORCH_CHECK(out.is_contiguous() && out.dim() == 2 && out.size(0) == w.k &&
+                  out.size(1) == w.padded_rows &&
                   (out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16),
-              "out must be a contiguous float32 or bfloat16 [out_features, in_features] tensor");
+              "out must be a contiguous float32 or bfloat16 [in_features, padded out_features] "
+              "tensor");
   const bool is_bf16 = out.scalar_type() == at::kBFloat16;
   void* dst = out.data_ptr();
-  at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
-    std::vector<float> row(static_cast<size_t>(w.k));
-    for (int64_t r = begin; r < end; ++r) {
-      const uint8_t* records = w.packed + (r / kBlockRows) * w.k * kRecordBytes;
-      const int64_t j = r % kBlockRows, shift = j < 16 ? 0 : 4, byte = j % 16;
+  at::parallel_for(0, packed.size(0), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t block = begin; block < end; ++block) {
+      const uint8_t* records = w.packed + block * w.k * kRecordBytes;
+      const int64_t row0 = block * kBlockRows;
       for (int64_t i = 0; i < w.k; ++i) {
-        const int64_t g = i / w.group_size;
-        const float q = static_cast<float>(((records[i * kRecordBytes + byte] >> shift) & 15) - 8);
-        const float zero = w.zero_points ? w.zero_points[g * w.padded_rows + r] : 0.0f;
-        row[i] = (q - zero) * w.scales[g * w.padded_rows + r];
-      }
-      if (is_bf16) {
-        uint16_t* bits = static_cast<uint16_t*>(dst) + r * w.k;
-        for (int64_t i = 0; i < w.k; ++i) bits[i] = llmd_cpu::bf16_bits(row[i]);
-      } else {
-        std::copy(row.begin(), row.end(), static_cast<float*>(dst) + r * w.k);
+        const int64_t at = (i / w.group_size) * w.padded_rows + row0;
+        vec16 values[2];
+        llmd_cpu::widen_nibbles(records + i * kRecordBytes, values[0], values[1]);
+        for (int h = 0; h < 2; ++h) {
+          vec16 weight = values[h];
+          if (w.zero_points != nullptr) weight -= llmd_cpu::load16(w.zero_points + at + 16 * h);
+          weight *= llmd_cpu::load16(w.scales + at + 16 * h);
+          const int64_t offset = i * w.padded_rows + row0 + 16 * h;
+          if (is_bf16) {
+            llmd_cpu::store16_bf16(static_cast<uint16_t*>(dst) + offset, weight);
+          } else {
+            llmd_cpu::store16(static_cast<float*>(dst) + offset, weight);
+          }
+        }
       }
     }
   });

@@ -18,24 +18,25 @@
 
 namespace {
 
-using llmd_cpu::i8x16;
 using llmd_cpu::kMaxRowTile;
 using llmd_cpu::vec16;
 
 constexpr int kWeightRowTile = 4;       // weight rows per register tile
+constexpr int64_t kPrefetchBytes = 8192;  // how far ahead of each row's stream to prefetch
 constexpr int64_t kMinBytesPerTask = 1 << 14;  // fewer weight bytes cost more to hand out
 
 // dots[m][j] = x[m] . w[rows[j]] for MT activation rows (x: [MT, K] float32).
 template <int MT>
 void dot_tile(const float* __restrict__ x, int64_t k, const int8_t* const rows[kWeightRowTile],
-              float dots[kMaxRowTile][kWeightRowTile]) {
+              bool is_streaming, float dots[kMaxRowTile][kWeightRowTile]) {
   vec16 acc[MT][kWeightRowTile] = {};
   int64_t i = 0;
   for (; i + 16 <= k; i += 16) {
+    if (is_streaming && (i & 63) == 0)  // the next tile's line at this column streams in now
+      for (int j = 0; j < kWeightRowTile; ++j) __builtin_prefetch(rows[j] + i + kPrefetchBytes);
     vec16 w[kWeightRowTile];
     for (int j = 0; j < kWeightRowTile; ++j) {
-      const i8x16 codes = *reinterpret_cast<const i8x16*>(rows[j] + i);
-      w[j] = __builtin_convertvector(codes, vec16);
+      w[j] = llmd_cpu::widen_int8(rows[j] + i);
     }
     for (int m = 0; m < MT; ++m) {
       const vec16 xv = llmd_cpu::load16(x + m * k + i);
@@ -63,10 +64,10 @@ void int8_rows(const float* x, int64_t num_rows, int64_t k, const int8_t* codes,
       float dots[kMaxRowTile][kWeightRowTile];
       const float* xm = x + m0 * k;
       switch (std::min<int64_t>(kMaxRowTile, num_rows - m0)) {
-        case 1: dot_tile<1>(xm, k, rows, dots); break;
-        case 2: dot_tile<2>(xm, k, rows, dots); break;
-        case 3: dot_tile<3>(xm, k, rows, dots); break;
-        default: dot_tile<4>(xm, k, rows, dots); break;
+        case 1: dot_tile<1>(xm, k, rows, m0 == 0, dots); break;
+        case 2: dot_tile<2>(xm, k, rows, m0 == 0, dots); break;
+        case 3: dot_tile<3>(xm, k, rows, m0 == 0, dots); break;
+        default: dot_tile<4>(xm, k, rows, m0 == 0, dots); break;
       }
       for (int64_t m = m0; m < std::min<int64_t>(num_rows, m0 + kMaxRowTile); ++m)
         for (int64_t j = 0; j < kWeightRowTile && n0 + j < n_end; ++j)

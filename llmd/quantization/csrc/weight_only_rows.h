@@ -19,6 +19,41 @@ namespace llmd_cpu {
 
 typedef int8_t i8x16 __attribute__((vector_size(16), aligned(1)));
 typedef uint8_t u8x16 __attribute__((vector_size(16), aligned(1)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+
+// 16 int8 codes as float32 lanes: vpmovsxbd + vcvtdq2ps with AVX-512 (gcc scalarizes a
+// direct int8 -> float conversion), the generic two-step conversion elsewhere.
+inline vec16 widen_int8(const int8_t* p) {
+#ifdef __AVX512F__
+  const __m512 out = _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  vec16 v;
+  std::memcpy(&v, &out, sizeof(v));
+  return v;
+#else
+  const i8x16 codes = *reinterpret_cast<const i8x16*>(p);
+  return __builtin_convertvector(__builtin_convertvector(codes, i32x16), vec16);
+#endif
+}
+
+// 16 bytes of two 4-bit codes each (code + 8) as float32 lanes: low and high nibbles.
+// With AVX-512 each nibble indexes a 16-entry table of the values -8..7 (vpermps reads an
+// index's low 4 bits), so a byte's two codes cost a widen, a shift and two lookups: the
+// 512-bit ports, not memory, bound this loop at one row.
+inline void widen_nibbles(const uint8_t* p, vec16& low, vec16& high) {
+#ifdef __AVX512F__
+  const __m512 values = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512i words = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512 lo = _mm512_permutexvar_ps(words, values);
+  const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(words, 4), values);
+  std::memcpy(&low, &lo, sizeof(low));
+  std::memcpy(&high, &hi, sizeof(high));
+#else
+  const i32x16 words = __builtin_convertvector(*reinterpret_cast<const u8x16*>(p), i32x16);
+  low = __builtin_convertvector((words & 15) - 8, vec16);
+  high = __builtin_convertvector((words >> 4) - 8, vec16);
+#endif
+}
 
 constexpr int kMaxRowTile = 4;  // activation rows per register tile of the kernels
 
@@ -78,6 +113,16 @@ inline uint16_t bf16_bits(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+typedef uint16_t u16x16 __attribute__((vector_size(32), aligned(2)));
+
+// 16 finite floats stored as bfloat16 bit patterns, rounded to nearest even.
+inline void store16_bf16(uint16_t* p, vec16 v) {
+  word16 bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  *reinterpret_cast<u16x16*>(p) = __builtin_convertvector(bits, u16x16);
 }
 
 inline float lane_sum16(vec16 v) { return lane_sum(low_half(v) + high_half(v)); }
