@@ -45,7 +45,9 @@ class WarmupReport:
     seconds: float
 
 
-def warm_up(engine: LLMEngine, on_step: Callable[[StepStats], None] | None = None) -> WarmupReport:
+def warm_up(
+    engine: LLMEngine, on_step: Callable[[StepStats], None] | None = None
+) -> WarmupReport:
     """Run the warm-up workload to completion on the calling thread (the one that steps).
 
     `on_step` sees each step's stats (admission learns the prefill rate from them).

@@ -23,7 +23,6 @@ ENVELOPE_FIELDS = ("type", "v")
 MessageT = TypeVar("MessageT", bound="WireMessage")
 """A message class, or a union of them (what a table of `parse_message` holds)."""
 
-
 class WireMessage:
     """Mixin for frozen dataclasses that travel as {"type": TYPE, "v": 1, **fields}."""
 
@@ -188,10 +187,7 @@ def describe(hint: object) -> str:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return "a map"
     names: dict[object, str] = {
-        str: "a string",
-        int: "an integer",
-        float: "a number",
-        bool: "a boolean",
+        str: "a string", int: "an integer", float: "a number", bool: "a boolean"
     }
     if hint is type(None):
         return "null"
@@ -210,10 +206,7 @@ def _plural(hint: object) -> str:
 
 def _describe_value(value: object) -> str:
     names: dict[object, str] = {
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
+        bool: "a boolean", int: "an integer", float: "a number", str: "a string"
     }
     if value is None:
         return "null"

@@ -72,5 +72,6 @@ def arrays_to_device(
         packed[offset : offset + len(array)] = array
     tensor = array_to_device(packed, device)
     return [
-        tensor[offset : offset + len(array)] for offset, array in zip(offsets, arrays, strict=True)
+        tensor[offset : offset + len(array)]
+        for offset, array in zip(offsets, arrays, strict=True)
     ]

@@ -38,7 +38,6 @@ class PersistentBatch:
     `RequestState` when a plan introduces it, and loses both when a plan says it
     finished or was preempted (sampling state lives on in `SamplingState`).
     """
-
     def __init__(self, max_num_rows: int, max_blocks_per_seq: int, device: torch.device) -> None:
         self.device = torch.device(device)
         self.block_tables = torch.zeros(
