@@ -96,12 +96,22 @@ class Int4Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.to(dtype), persistent=False)
         self.cpu_ops: Any | None = None
         """torch.ops.llmd_cpu once the runner selects the C++ CPU ops, else None."""
-        self.aten_operands: tuple[torch.Tensor, int, torch.Tensor] | None = None
-        """torch's packed weight, kernel group size and scales-and-zeros, made on first use."""
+        # torch's packed weight and scales-and-zeros: made on first use, or when the runner
+        # selects no C++ ops (buffers, so that weight bytes count them).
+        self.register_buffer("aten_packed_weight", None, persistent=False)
+        self.register_buffer("aten_scales_and_zeros", None, persistent=False)
+        self.aten_group_size = 0
 
     def use_kernel_config(self, config: KernelConfig) -> None:
-        """Run on llmd's C++ int4 kernels when `config` selects the CPU ops."""
-        self.cpu_ops = load_int_linear_ops(config, self.dtype)
+        """Run on llmd's C++ int4 kernels when `config` selects the CPU ops, else on torch's,
+        whose packing then replaces llmd's (one packing is held, never two)."""
+        cpu_ops = load_int_linear_ops(config, self.dtype)
+        if cpu_ops is not None and self.packed_weight is None:
+            raise RuntimeError("this Int4Linear holds only torch's packing now (configured once)")
+        self.cpu_ops = cpu_ops
+        if cpu_ops is None:
+            self.build_aten_operands()
+            self.packed_weight = None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., in_features] -> [..., out_features]."""
@@ -133,14 +143,18 @@ class Int4Linear(nn.Module):
 
     def aten_forward(self, rows: torch.Tensor) -> torch.Tensor:
         """[M, K] -> [M, N] on torch's int4 kernel."""
-        if self.aten_operands is None:
-            self.aten_operands = self.make_aten_operands()
-        packed, kernel_group, scales_and_zeros = self.aten_operands
+        self.build_aten_operands()
         out = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            rows, packed, kernel_group, scales_and_zeros
+            rows, self.aten_packed_weight, self.aten_group_size, self.aten_scales_and_zeros
         )
         out = out[:, : self.out_features]  # [M, N]
         return out if self.bias is None else out + self.bias
+
+    def build_aten_operands(self) -> None:
+        """Make torch's packing from llmd's once (it stays; llmd's may then be dropped)."""
+        if self.aten_packed_weight is None:
+            packed, self.aten_group_size, scales_and_zeros = self.make_aten_operands()
+            self.aten_packed_weight, self.aten_scales_and_zeros = packed, scales_and_zeros
 
     def make_aten_operands(self) -> tuple[torch.Tensor, int, torch.Tensor]:
         """torch's form of the weight: w = (q - 8) * scale + zero per kernel group of 32-256."""

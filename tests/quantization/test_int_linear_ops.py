@@ -13,6 +13,7 @@ from llmd.layers.kernel_config import KernelConfig
 from llmd.quantization.grouped_weight import GroupedIntWeight
 from llmd.quantization.int4_linear import Int4Linear, int4_reference, pack_int4, unpack_int4
 from llmd.quantization.int8_linear import CPU_KERNEL_MAX_ROWS, Int8Linear, int8_reference
+from tests.quantization.test_int_kernels import random_weight
 
 ROW_COUNTS = (1, 3, 8, 17, 32)
 RELATIVE_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
@@ -159,7 +160,17 @@ def test_layers_dispatch_to_kernels_or_dense_path(ops, dtype, num_rows):
     assert_close(int8_layer(hidden), int8_reference(hidden, int8, bias), dtype)
     hidden = rows(num_rows, 128, dtype)
     assert_close(int4_layer(hidden), int4_reference(hidden, int4, bias[:40]), dtype)
-    assert int4_layer.aten_operands is None  # torch's packing is never made under the C++ ops
+    assert int4_layer.aten_packed_weight is None  # torch's packing is never made under the C++ ops
+
+
+@pytest.mark.parametrize("num_rows", [1, 5, CPU_KERNEL_MAX_ROWS + 3])
+def test_act_order_runs_on_the_cpu_ops(ops, num_rows):
+    weight = random_weight(40, 128, 4, 32, has_zero_points=True, is_act_order=True)
+    layer = Int4Linear(weight, None, torch.float32)
+    assert layer.column_order is not None
+    layer.use_kernel_config(CPU_OPS)
+    hidden = rows(num_rows, 128, torch.float32)
+    assert_close(layer(hidden), int4_reference(hidden, weight, None), torch.float32)
 
 
 def test_layers_keep_aten_without_the_cpu_ops():
@@ -168,8 +179,10 @@ def test_layers_keep_aten_without_the_cpu_ops():
     layer.use_kernel_config(KernelConfig())
     assert layer.cpu_ops is None
     hidden = rows(3, 128, torch.float32)
+    assert layer.aten_packed_weight is not None and layer.packed_weight is None  # one packing
     assert_close(layer(hidden), int4_reference(hidden, weight, None), torch.float32)
-    assert layer.aten_operands is not None
+    with pytest.raises(RuntimeError, match="only torch's packing"):
+        layer.use_kernel_config(CPU_OPS)
     half_layer = Int4Linear(weight, None, torch.float16)
     half_layer.use_kernel_config(CPU_OPS)
     assert half_layer.cpu_ops is None  # float16 is no dtype of the C++ ops: aten runs it
