@@ -8,7 +8,8 @@
 // two 16-lane vectors that each activation row meets with one FMA by its broadcast x[m, k].
 // Any K and any group size work; a group's partial sums take their scale (and zero point,
 // by the group's sum of x) once per group. Each block is read once for all rows of a call,
-// and blocks are split across at::parallel_for threads.
+// and blocks are split across at::parallel_for threads; a single row walks two blocks at
+// once (the two halves of its thread's range), since one stream left it waiting on memory.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -88,6 +89,51 @@ void block_tile(const Int4Weight& w, int64_t block, const float* __restrict__ x,
   }
 }
 
+// One activation row against two blocks at once: two weight streams in flight (one
+// stream per thread left the loop waiting on memory at one row).
+void block_pair_row(const Int4Weight& w, int64_t block_a, int64_t block_b,
+                    const float* __restrict__ x, const float* __restrict__ x_sums,
+                    int64_t num_groups, vec16 acc[2][2]) {
+  const uint8_t* records[2] = {w.packed + block_a * w.k * kRecordBytes,
+                               w.packed + block_b * w.k * kRecordBytes};
+  const int64_t row0[2] = {block_a * kBlockRows, block_b * kBlockRows};
+  acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = vec16{};
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t k_begin = g * w.group_size, k_end = std::min(w.k, k_begin + w.group_size);
+    vec16 part[2][2][2] = {};  // [block][half][chain]
+    int64_t i = k_begin;
+    for (; i + 2 <= k_end; i += 2) {
+      for (int b = 0; b < 2; ++b) {
+        __builtin_prefetch(records[b] + (i + kPrefetchRecords) * kRecordBytes);
+        for (int c = 0; c < 2; ++c) {
+          vec16 w_low, w_high;
+          llmd_cpu::widen_nibbles(records[b] + (i + c) * kRecordBytes, w_low, w_high);
+          part[b][0][c] += w_low * x[i + c];
+          part[b][1][c] += w_high * x[i + c];
+        }
+      }
+    }
+    for (; i < k_end; ++i) {
+      for (int b = 0; b < 2; ++b) {
+        vec16 w_low, w_high;
+        llmd_cpu::widen_nibbles(records[b] + i * kRecordBytes, w_low, w_high);
+        part[b][0][0] += w_low * x[i];
+        part[b][1][0] += w_high * x[i];
+      }
+    }
+    for (int b = 0; b < 2; ++b) {
+      const float* scale = w.scales + g * w.padded_rows + row0[b];
+      for (int h = 0; h < 2; ++h) {
+        vec16 sum = part[b][h][0] + part[b][h][1];
+        if (w.zero_points != nullptr)
+          sum -= llmd_cpu::load16(w.zero_points + g * w.padded_rows + row0[b] + 16 * h) *
+                 x_sums[g];
+        acc[b][h] += sum * llmd_cpu::load16(scale + 16 * h);
+      }
+    }
+  }
+}
+
 void check_weight(const at::Tensor& packed, const at::Tensor& scales,
                   const c10::optional<at::Tensor>& zero_points, int64_t group_size) {
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.dim() == 3 && packed.is_contiguous() &&
@@ -130,7 +176,21 @@ void int4_linear_op(at::Tensor out, const at::Tensor& x, const at::Tensor& packe
   const std::vector<float> bf = llmd_cpu::bias_as_float(bias, n);
   std::vector<float> result(static_cast<size_t>(num_rows * n));
   at::parallel_for(0, packed.size(0), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t block = begin; block < end; ++block) {
+    int64_t first = begin;
+    if (num_rows == 1) {  // blocks in pairs, the two halves of this thread's range
+      const int64_t half = (end - begin) / 2;
+      for (int64_t a = begin; a < begin + half; ++a) {
+        vec16 acc[2][2];
+        block_pair_row(w, a, a + half, xf.data(), x_sums.data(), num_groups, acc);
+        for (int b = 0; b < 2; ++b)
+          for (int64_t j = 0; j < kBlockRows; ++j) {
+            const int64_t row = (b == 0 ? a : a + half) * kBlockRows + j;
+            if (row < n) result[row] = acc[b][j / 16][j % 16] + bf[row];
+          }
+      }
+      first = begin + 2 * half;
+    }
+    for (int64_t block = first; block < end; ++block) {
       for (int64_t m0 = 0; m0 < num_rows; m0 += kMaxRowTile) {
         vec16 acc[kMaxRowTile][2];
         const float* xm = xf.data() + m0 * w.k;
