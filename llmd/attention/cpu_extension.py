@@ -1,7 +1,7 @@
 """Builds and loads llmd's C++ CPU ops, once per source, compiler flags and CPU.
 
-One extension holds the paged-attention op, the fused layer ops (RMSNorm, rotary, SiLU-and-mul)
-and the greedy sampler's row argmax.
+One extension holds the paged-attention op, the fused layer ops (RMSNorm, rotary, SiLU-and-mul),
+the greedy sampler's row argmax and the int8/int4 weight-only linears.
 
 The op is compiled on first use with torch's cpp_extension (gcc, ninja) for the host's
 instruction set and cached in a per-user directory keyed by a hash of everything that
@@ -27,10 +27,15 @@ logger = logging.getLogger(__name__)
 SOURCE_PATH = Path(__file__).parent / "csrc" / "paged_attention.cpp"
 LAYER_OPS_PATH = Path(__file__).parent.parent / "layers" / "csrc" / "cpu_layer_ops.cpp"
 ROW_ARGMAX_PATH = Path(__file__).parent.parent / "runner" / "csrc" / "row_argmax.cpp"
-SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH, ROW_ARGMAX_PATH)
-HEADER_PATHS = tuple(
-    Path(__file__).parent / "csrc" / name
-    for name in ("vec_math.h", "work_items.h", "amx_attention.h")
+QUANT_DIR = Path(__file__).parent.parent / "quantization" / "csrc"
+INT_LINEAR_PATHS = (QUANT_DIR / "int8_linear.cpp", QUANT_DIR / "int4_linear.cpp")
+SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH, ROW_ARGMAX_PATH, *INT_LINEAR_PATHS)
+HEADER_PATHS = (
+    *(
+        Path(__file__).parent / "csrc" / name
+        for name in ("vec_math.h", "work_items.h", "amx_attention.h")
+    ),
+    QUANT_DIR / "weight_only_rows.h",
 )
 """Headers the sources include: part of the build key, not compiled on their own."""
 COMPILE_FLAGS = ("-O3", "-march=native", "-fopenmp")

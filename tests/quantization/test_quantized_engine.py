@@ -42,6 +42,9 @@ def test_quantized_engine_generates_the_dequantized_models_greedy_tokens(
     runner = quantized_llm.engine.runner
     quantized_layers = [m for m in runner.model.modules() if isinstance(m, layer_kind)]
     assert len(quantized_layers) == 8  # 4 per layer, 2 layers
+    # Under the C++ CPU ops the prefill (42 rows) takes the dense path, decodes the kernels.
+    uses_cpu_ops = runner.kernel_config.use_cpu_ops
+    assert all((layer.cpu_ops is not None) == uses_cpu_ops for layer in quantized_layers)
     dense_layers = [m for m in runner.model.modules() if isinstance(m, (nn.Linear, PackedLinear))]
     assert len(dense_layers) == 1  # lm_head, the recipes' ignored module
     if can_pack(runner.dtype):

@@ -1,0 +1,139 @@
+// Weight-only int8 linear for decode-sized batches on the CPU: out = x (q * scale)^T + b
+// with int8 codes q [N, K] (torch's own int8 layout, so no second copy) and one float32
+// scale per output row.
+//
+// A decode step is bound by the weight bytes it reads, and torch's int8 kernel stays far
+// from copy bandwidth at a few rows. Here each tile of 4 weight rows is read once for all
+// activation rows: 16 codes are widened to float32 lanes along K (vpmovsxbd + vcvtdq2ps on
+// AVX-512, the same generic vectors on AVX2), and each meets up to 4 activation rows with
+// one FMA apiece; the row's scale multiplies the finished dot product. Tiles of rows are
+// split across at::parallel_for threads.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "weight_only_rows.h"
+
+namespace {
+
+using llmd_cpu::kMaxRowTile;
+using llmd_cpu::vec16;
+
+constexpr int kWeightRowTile = 4;       // weight rows per register tile
+constexpr int64_t kPrefetchBytes = 8192;  // how far ahead of each row's stream to prefetch
+constexpr int64_t kMinBytesPerTask = 1 << 14;  // fewer weight bytes cost more to hand out
+
+// dots[m][j] = x[m] . w[rows[j]] for MT activation rows (x: [MT, K] float32).
+template <int MT>
+void dot_tile(const float* __restrict__ x, int64_t k, const int8_t* const rows[kWeightRowTile],
+              bool is_streaming, float dots[kMaxRowTile][kWeightRowTile]) {
+  vec16 acc[MT][kWeightRowTile] = {};
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    if (is_streaming && (i & 63) == 0)  // the next tile's line at this column streams in now
+      for (int j = 0; j < kWeightRowTile; ++j) __builtin_prefetch(rows[j] + i + kPrefetchBytes);
+    vec16 w[kWeightRowTile];
+    for (int j = 0; j < kWeightRowTile; ++j) {
+      w[j] = llmd_cpu::widen_int8(rows[j] + i);
+    }
+    for (int m = 0; m < MT; ++m) {
+      const vec16 xv = llmd_cpu::load16(x + m * k + i);
+      for (int j = 0; j < kWeightRowTile; ++j) acc[m][j] += xv * w[j];
+    }
+  }
+  for (int m = 0; m < MT; ++m) {
+    for (int j = 0; j < kWeightRowTile; ++j) {
+      float sum = llmd_cpu::lane_sum16(acc[m][j]);
+      for (int64_t t = i; t < k; ++t) sum += x[m * k + t] * static_cast<float>(rows[j][t]);
+      dots[m][j] = sum;
+    }
+  }
+}
+
+// Computes result[m, n] for weight rows [n_begin, n_end) and all M activation rows.
+void int8_rows(const float* x, int64_t num_rows, int64_t k, const int8_t* codes,
+               const float* scales, const float* bias, int64_t n_begin, int64_t n_end,
+               int64_t n, float* result) {
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += kWeightRowTile) {
+    const int8_t* rows[kWeightRowTile];
+    for (int j = 0; j < kWeightRowTile; ++j)  // past the end: repeat the last row, unused
+      rows[j] = codes + std::min(n0 + j, n_end - 1) * k;
+    for (int64_t m0 = 0; m0 < num_rows; m0 += kMaxRowTile) {
+      float dots[kMaxRowTile][kWeightRowTile];
+      const float* xm = x + m0 * k;
+      switch (std::min<int64_t>(kMaxRowTile, num_rows - m0)) {
+        case 1: dot_tile<1>(xm, k, rows, m0 == 0, dots); break;
+        case 2: dot_tile<2>(xm, k, rows, m0 == 0, dots); break;
+        case 3: dot_tile<3>(xm, k, rows, m0 == 0, dots); break;
+        default: dot_tile<4>(xm, k, rows, m0 == 0, dots); break;
+      }
+      for (int64_t m = m0; m < std::min<int64_t>(num_rows, m0 + kMaxRowTile); ++m)
+        for (int64_t j = 0; j < kWeightRowTile && n0 + j < n_end; ++j)
+          result[m * n + n0 + j] = dots[m - m0][j] * scales[n0 + j] + bias[n0 + j];
+    }
+  }
+}
+
+// out [M, N] = x [M, K] (codes [N, K] int8 * scales [N] float32)^T + bias [N].
+void int8_linear_op(at::Tensor out, const at::Tensor& x, const at::Tensor& codes,
+                    const at::Tensor& scales, const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(codes.scalar_type() == at::kChar && codes.dim() == 2 && codes.is_contiguous(),
+              "codes must be a contiguous int8 [out_features, in_features] tensor");
+  const int64_t n = codes.size(0), k = codes.size(1), num_rows = x.size(0);
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.is_contiguous() &&
+                  scales.numel() == n,
+              "scales must be a contiguous float32 tensor of one scale per output row");
+  llmd_cpu::check_rows_and_out(out, x, bias, n, k);
+  const std::vector<float> xf = llmd_cpu::rows_as_float(x);
+  const std::vector<float> bf = llmd_cpu::bias_as_float(bias, n);
+  std::vector<float> result(static_cast<size_t>(num_rows * n));
+  const int64_t num_tiles = (n + kWeightRowTile - 1) / kWeightRowTile;
+  const int64_t grain = std::max<int64_t>(1, kMinBytesPerTask / (kWeightRowTile * k));
+  const int8_t* code_data = codes.data_ptr<int8_t>();
+  const float* scale_data = scales.data_ptr<float>();
+  at::parallel_for(0, num_tiles, grain, [&](int64_t begin, int64_t end) {
+    int8_rows(xf.data(), num_rows, k, code_data, scale_data, bf.data(), begin * kWeightRowTile,
+              std::min(n, end * kWeightRowTile), n, result.data());
+  });
+  llmd_cpu::write_rows(out, result);
+}
+
+// [N, K] codes * scales as out's dtype (float32 or bfloat16): the dense weight of a prefill.
+void int8_dequantize_op(at::Tensor out, const at::Tensor& codes, const at::Tensor& scales) {
+  TORCH_CHECK(codes.scalar_type() == at::kChar && codes.dim() == 2 && codes.is_contiguous(),
+              "codes must be a contiguous int8 [out_features, in_features] tensor");
+  const int64_t n = codes.size(0), k = codes.size(1);
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == n && scales.is_contiguous(),
+              "scales must be a contiguous float32 tensor of one scale per output row");
+  TORCH_CHECK(out.is_contiguous() && out.dim() == 2 && out.size(0) == n && out.size(1) == k &&
+                  (out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16),
+              "out must be a contiguous float32 or bfloat16 tensor of codes' shape");
+  const int8_t* code_data = codes.data_ptr<int8_t>();
+  const float* scale_data = scales.data_ptr<float>();
+  const bool is_bf16 = out.scalar_type() == at::kBFloat16;
+  void* dst = out.data_ptr();
+  at::parallel_for(0, n, std::max<int64_t>(1, kMinBytesPerTask / k), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int8_t* row = code_data + r * k;
+      if (is_bf16) {
+        uint16_t* bits = static_cast<uint16_t*>(dst) + r * k;
+        for (int64_t i = 0; i < k; ++i)
+          bits[i] = llmd_cpu::bf16_bits(static_cast<float>(row[i]) * scale_data[r]);
+      } else {
+        float* w = static_cast<float*>(dst) + r * k;
+        for (int64_t i = 0; i < k; ++i) w[i] = static_cast<float>(row[i]) * scale_data[r];
+      }
+    }
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(llmd_cpu, m) {
+  m.def("int8_linear(Tensor(a!) out, Tensor x, Tensor codes, Tensor scales, Tensor? bias) -> ()");
+  m.impl("int8_linear", c10::DispatchKey::CPU, &int8_linear_op);
+  m.def("int8_dequantize(Tensor(a!) out, Tensor codes, Tensor scales) -> ()");
+  m.impl("int8_dequantize", c10::DispatchKey::CPU, &int8_dequantize_op);
+}
