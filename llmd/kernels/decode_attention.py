@@ -15,7 +15,11 @@ import triton
 import triton.language as tl
 
 from llmd.errors import require
-from llmd.kernels.checks import check_paged_attention_inputs, next_power_of_2
+from llmd.kernels.checks import (
+    KV_CACHE_FP8_DTYPE,
+    check_paged_attention_inputs,
+    next_power_of_2,
+)
 from llmd.kernels.launch_configs import arch_of, decode_config
 from llmd.kernels.paged_launch import (
     LOG2_E,
@@ -289,7 +293,8 @@ def decode_attention(
         f"must be a positive int, got {split_tokens!r}",
     )
     block_d = max(16, next_power_of_2(head_dim))
-    config = decode_config(arch_of(query.device), head_dim, query.dtype)
+    is_fp8_kv = k_cache.dtype == KV_CACHE_FP8_DTYPE
+    config = decode_config(arch_of(query.device), head_dim, query.dtype, is_fp8_kv)
     if block_n is None:
         block_n = config.block_n
     require(

@@ -14,6 +14,7 @@ import triton.language as tl
 from llmd.errors import require
 from llmd.kernels.checks import (
     INDEX_DTYPES,
+    KV_CACHE_FP8_DTYPE,
     check_contiguous,
     check_dtype,
     check_paged_attention_inputs,
@@ -240,7 +241,8 @@ def prefill_attention(
         out = torch.empty_like(query)
     if num_seqs == 0 or max_query_len == 0:
         return out
-    config = prefill_config(arch_of(query.device), head_dim, query.dtype)
+    is_fp8_kv = k_cache.dtype == KV_CACHE_FP8_DTYPE
+    config = prefill_config(arch_of(query.device), head_dim, query.dtype, is_fp8_kv)
     num_warps, num_stages = config.num_warps, config.num_stages
     group_size = num_heads // num_kv_heads
     block_g = next_power_of_2(group_size)

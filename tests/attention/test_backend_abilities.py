@@ -52,8 +52,9 @@ def test_triton_backend_is_graph_safe_and_brings_the_triton_layer_kernels():
     }
 
 
-@pytest.mark.parametrize(("capability", "is_refused"), [((8, 0), True), ((8, 6), True),
-                                                        ((8, 9), False), ((9, 0), False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("capability", "is_refused"), [((8, 0), True), ((8, 6), True), ((8, 9), False), ((9, 0), False)]
+)
 def test_triton_refuses_an_fp8_cache_before_sm89_by_name(monkeypatch, capability, is_refused):
     """Triton has no e4m3 type before sm_89: the runner must refuse fp8 at start-up there."""
     pytest.importorskip("triton")
