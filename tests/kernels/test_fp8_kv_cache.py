@@ -112,7 +112,8 @@ def test_prefill_with_a_cached_prefix_reads_the_fp8_cache_back_scaled(device, dt
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan"), True, "1"])
-def test_bad_scales_are_refused_by_name(bad):
+def test_bad_scales_are_refused_by_name(bad, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU tensors are valid: only the scale is bad
     paged, k_cache, v_cache = _fp8_case([5], 16, 1, 64, "cpu")
     query = torch.zeros(1, 1, 64)
     args = (query, k_cache, v_cache, paged.block_tables, paged.seq_lens, 0.125)
@@ -120,11 +121,12 @@ def test_bad_scales_are_refused_by_name(bad):
         decode_attention(*args, k_scale=bad)
     assert error.value.parameter == "k_scale"
     with pytest.raises(InvalidParameterError) as error:
-        kv_store(query[:, :, :], query, k_cache, v_cache, torch.zeros(1).long(), 1.0, bad)
+        kv_store(query, query, k_cache, v_cache, torch.zeros(1).long(), 1.0, bad)
     assert error.value.parameter == "v_scale"
 
 
-def test_an_fp8_key_cache_with_another_value_cache_is_refused():
+def test_an_fp8_key_cache_with_another_value_cache_is_refused(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU tensors are valid: only v_cache is bad
     paged, k_cache, _ = _fp8_case([5], 16, 1, 64, "cpu")
     v_cache = torch.zeros(k_cache.shape)
     query = torch.zeros(1, 1, 64)
