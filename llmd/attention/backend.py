@@ -25,6 +25,9 @@ class AttentionBackend(ABC):
     reads_any_kv_dtype: bool = False
     """True when the cache may hold another dtype than the activations (the backend
     computes in float32 either way); otherwise K/V are stored in the model's dtype."""
+    reads_fp8_kv: bool = False
+    """True when the cache may be fp8 e4m3 (K / k_scale, V / v_scale) whatever the
+    activations' dtype; `check_kv_cache_dtype` may still refuse it on a given device."""
     pairs_with_triton_layers: bool = False
     """True when the layers should run llmd's Triton kernels alongside it (on CUDA)."""
     pairs_with_cpu_layer_ops: bool = False
@@ -33,6 +36,11 @@ class AttentionBackend(ABC):
     @abstractmethod
     def forward(self, inputs: AttentionInputs) -> torch.Tensor:
         """Write key/value into their slots, then attend each query over its context."""
+
+    def check_kv_cache_dtype(self, dtype: torch.dtype, device: torch.device) -> None:
+        """Raise naming kv_cache_dtype when this backend cannot read a `dtype` cache on
+        `device`; the default accepts what the abilities above declare."""
+        return
 
     def kv_cache_shapes(
         self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int

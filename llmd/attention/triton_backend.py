@@ -3,6 +3,8 @@
 It follows the metadata contract exactly like the torch backend but never reads tensor
 values on the host, so a decode-only step can be captured once per batch-size bucket in a
 CUDA graph and replayed with different context lengths, block tables and slots.
+An fp8 e4m3 cache (`kv_cache_dtype=fp8`) holds K / k_scale and V / v_scale: the store
+quantizes, the attention kernels read it back through the softmax scale and the output.
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ import torch
 
 from llmd.attention.backend import AttentionBackend
 from llmd.attention.inputs import AttentionInputs
+from llmd.errors import InvalidParameterError
 from llmd.kernels.decode_attention import decode_attention
 from llmd.kernels.kv_store import kv_store
 from llmd.kernels.prefill_attention import prefill_attention
+
+FP8_KV_MIN_CAPABILITY = 89
+"""Oldest compute capability (10 * major + minor) with Triton's e4m3 type (Ada, Hopper)."""
 
 
 class TritonAttentionBackend(AttentionBackend):
@@ -31,7 +37,21 @@ class TritonAttentionBackend(AttentionBackend):
 
     name = "triton"
     supports_cuda_graphs = True
+    reads_fp8_kv = True
     pairs_with_triton_layers = True
+
+    def check_kv_cache_dtype(self, dtype: torch.dtype, device: torch.device) -> None:
+        """Refuse fp8 on GPUs before sm_89: Triton has no e4m3 type there (it refuses to
+        compile the kernels), so the request fails at start-up rather than at first launch."""
+        if dtype != torch.float8_e4m3fn or device.type != "cuda":
+            return
+        major, minor = torch.cuda.get_device_capability(device)
+        if 10 * major + minor < FP8_KV_MIN_CAPABILITY:
+            raise InvalidParameterError(
+                f"fp8 needs compute capability 8.9 or later with the triton backend "
+                f"(this GPU is {major}.{minor}); use kv_cache_dtype=auto",
+                "kv_cache_dtype",
+            )
 
     def forward(self, inputs: AttentionInputs) -> torch.Tensor:
         """Write key/value into their slots, then attend each query over its context.
@@ -40,7 +60,9 @@ class TritonAttentionBackend(AttentionBackend):
         """
         query, metadata = inputs.query, inputs.metadata
         k_cache, v_cache = inputs.k_cache, inputs.v_cache
-        kv_store(inputs.key, inputs.value, k_cache, v_cache, metadata.slot_mapping)
+        # Other caches hold K/V themselves: the kernels ignore the scales for them.
+        scales = {"k_scale": inputs.k_scale, "v_scale": inputs.v_scale}
+        kv_store(inputs.key, inputs.value, k_cache, v_cache, metadata.slot_mapping, **scales)
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
         num_decodes = metadata.num_decode_seqs
         if num_decodes > 0:
@@ -52,6 +74,7 @@ class TritonAttentionBackend(AttentionBackend):
                 metadata.seq_lens[:num_decodes],
                 inputs.scale,
                 out=out[:num_decodes],
+                **scales,
             )
         if metadata.num_prefill_seqs > 0:
             # Prefill chunks keep their absolute rows: query_start_loc[num_decodes] is the
@@ -66,5 +89,6 @@ class TritonAttentionBackend(AttentionBackend):
                 max(metadata.query_lens_cpu[num_decodes:]),
                 inputs.scale,
                 out=out,
+                **scales,
             )
         return out

@@ -16,6 +16,8 @@ from llmd.kernels import is_interpreter_enabled
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 """Activation and KV-cache dtypes every kernel accepts."""
+KV_CACHE_FP8_DTYPE = torch.float8_e4m3fn
+"""The fp8 cache dtype the paged kernels read besides the query's (K / k_scale, V / v_scale)."""
 INDEX_DTYPES = (torch.int32, torch.int64)
 """Dtypes accepted for index tensors (positions, slots, block tables, lengths)."""
 
@@ -119,6 +121,13 @@ def must_dot_in_fp32(dtype: torch.dtype) -> bool:
     return dtype == torch.bfloat16 and is_interpreter_enabled()
 
 
+def check_kv_scale(scale: object, name: str) -> None:
+    """Raise unless `scale` (an fp8 cache's k_scale or v_scale) is a positive finite float."""
+    is_number = isinstance(scale, (int, float)) and not isinstance(scale, bool)
+    if not is_number or not 0 < scale < float("inf"):
+        raise InvalidParameterError(f"must be a positive finite float, got {scale!r}", name)
+
+
 MAX_ATTENTION_HEAD_DIM = 256
 """Largest head dimension the attention kernels' tiles are sized for."""
 
@@ -144,9 +153,9 @@ def check_paged_attention_inputs(
     check_shape(query, "query", (None, None, None))
     num_heads, head_dim = query.shape[1], query.shape[2]
     check_shape(k_cache, "k_cache", (None, None, None, head_dim))
-    check_same_dtype(k_cache, "k_cache", query.dtype)
+    check_dtype(k_cache, "k_cache", (query.dtype, KV_CACHE_FP8_DTYPE))
     check_shape(v_cache, "v_cache", tuple(k_cache.shape))
-    check_same_dtype(v_cache, "v_cache", query.dtype)
+    check_same_dtype(v_cache, "v_cache", k_cache.dtype)
     num_kv_heads = k_cache.shape[2]
     require(num_kv_heads > 0, "k_cache", "must have at least one KV head")
     require(

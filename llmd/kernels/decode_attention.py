@@ -15,9 +15,18 @@ import triton
 import triton.language as tl
 
 from llmd.errors import require
-from llmd.kernels.checks import check_paged_attention_inputs, next_power_of_2
+from llmd.kernels.checks import (
+    KV_CACHE_FP8_DTYPE,
+    check_paged_attention_inputs,
+    next_power_of_2,
+)
 from llmd.kernels.launch_configs import arch_of, decode_config
-from llmd.kernels.paged_launch import LOG2_E, attention_constants, attention_strides
+from llmd.kernels.paged_launch import (
+    LOG2_E,
+    attention_constants,
+    attention_strides,
+    cache_scales,
+)
 from llmd.kernels.paged_reference import context_kv
 
 MAX_NUM_SPLITS = 128
@@ -53,7 +62,8 @@ def _decode_attention_kernel(
     v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
     block_tables_ptr,  # [num_seqs, max_blocks_per_seq]
     seq_lens_ptr,  # [num_seqs]
-    qk_scale,  # softmax scale * log2(e)
+    qk_scale,  # softmax scale * k_scale * log2(e)
+    v_scale,  # what an fp8 cache's values are multiplied by (1.0 for other caches)
     num_heads,
     stride_out_seq,
     stride_out_head,
@@ -117,6 +127,7 @@ def _decode_attention_kernel(
         k_offs = block_ids * stride_k_block + in_block * stride_k_token + kv_head * stride_k_head
         kv_mask = is_token[None, :] & is_dim[:, None]
         k = tl.load(k_cache_ptr + k_offs[None, :] + offs_d[:, None], mask=kv_mask, other=0.0)
+        k = k.to(q.dtype)  # an fp8 cache's keys, exactly (no-op for a cache in q's dtype)
         if DOT_IN_FP32:
             qk = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="tf32x3")
         else:
@@ -130,13 +141,15 @@ def _decode_attention_kernel(
         v_offs = block_ids * stride_v_block + in_block * stride_v_token + kv_head * stride_v_head
         v_mask = is_token[:, None] & is_dim[None, :]
         v = tl.load(v_cache_ptr + v_offs[:, None] + offs_d[None, :], mask=v_mask, other=0.0)
+        v = v.to(q.dtype)
         if DOT_IN_FP32:
-            p_rounded = p.to(v.dtype).to(tl.float32)  # same rounding as the low-precision dot
+            p_rounded = p.to(q.dtype).to(tl.float32)  # same rounding as the low-precision dot
             pv = tl.dot(p_rounded, v.to(tl.float32), input_precision="tf32x3")
         else:
-            pv = tl.dot(p.to(v.dtype), v)  # [BLOCK_G, BLOCK_D]
+            pv = tl.dot(p.to(q.dtype), v)  # [BLOCK_G, BLOCK_D]
         acc = acc * alpha[:, None] + pv
         m_i = m_new
+    acc = acc * v_scale  # linear: scaling the sum scales every split's part alike
 
     row_mask = is_live[:, None] & is_dim[None, :]
     if NUM_SPLITS == 1:
@@ -235,8 +248,13 @@ def decode_attention(
     num_splits: int | None = None,
     block_n: int | None = None,
     split_tokens: int = SPLIT_MIN_TOKENS,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim]
     """Attend each sequence's single query over its first `seq_lens[i]` cached tokens.
+
+    The caches hold the query's dtype, or fp8 e4m3 holding key / `k_scale` and value /
+    `v_scale` (the scales are ignored for other caches).
 
     `max_seq_len` is an upper bound on `seq_lens` used only to choose the split-K factor
     (default `max_blocks_per_seq * block_size`, which keeps the launch fixed for CUDA graphs);
@@ -247,6 +265,7 @@ def decode_attention(
     reads tensor values on the host.
     """
     _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, scale, out)
+    k_scale, v_scale = cache_scales(k_cache, k_scale, v_scale)
     num_seqs, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     if out is None:
@@ -274,7 +293,8 @@ def decode_attention(
         f"must be a positive int, got {split_tokens!r}",
     )
     block_d = max(16, next_power_of_2(head_dim))
-    config = decode_config(arch_of(query.device), head_dim, query.dtype)
+    is_fp8_kv = k_cache.dtype == KV_CACHE_FP8_DTYPE
+    config = decode_config(arch_of(query.device), head_dim, query.dtype, is_fp8_kv)
     if block_n is None:
         block_n = config.block_n
     require(
@@ -306,7 +326,8 @@ def decode_attention(
         v_cache,
         block_tables,
         seq_lens,
-        float(scale) * LOG2_E,
+        float(scale) * k_scale * LOG2_E,
+        v_scale,
         num_heads,
         *attention_strides(out, query, k_cache, v_cache, block_tables),
         **attention_constants(query, k_cache),
@@ -345,14 +366,20 @@ def decode_attention_reference(
     block_tables: torch.Tensor,  # [num_seqs, max_blocks_per_seq]
     seq_lens: torch.Tensor,  # [num_seqs]
     scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:  # [num_seqs, num_heads, head_dim]
-    """Slow, obviously correct decode attention in fp32, one sequence at a time."""
+    """Slow, obviously correct decode attention in fp32, one sequence at a time (an fp8
+    cache's K/V multiplied back by their scales)."""
     num_heads = query.shape[1]
     out = torch.zeros_like(query)
+    scales = cache_scales(k_cache, k_scale, v_scale)
     for seq_idx, seq_len in enumerate(seq_lens.tolist()):
         if seq_len == 0:
             continue
-        keys, values = context_kv(k_cache, v_cache, block_tables, seq_idx, seq_len, num_heads)
+        keys, values = context_kv(
+            k_cache, v_cache, block_tables, seq_idx, seq_len, num_heads, scales
+        )
         scores = torch.einsum("hd,thd->ht", query[seq_idx].float(), keys) * scale
         probs = scores.softmax(dim=-1)  # [num_heads, seq_len]
         out[seq_idx] = torch.einsum("ht,thd->hd", probs, values).to(query.dtype)

@@ -63,13 +63,16 @@ def _supported_arch(capability: int) -> int:
     return max(eligible) if eligible else SUPPORTED_ARCHS[0]
 
 
-def prefill_config(arch: int, head_dim: int, dtype: torch.dtype) -> PrefillConfig:
-    """The prefill launch for `arch` (see SUPPORTED_ARCHS), head dim and dtype.
+def prefill_config(
+    arch: int, head_dim: int, dtype: torch.dtype, is_fp8_kv: bool = False
+) -> PrefillConfig:
+    """The prefill launch for `arch` (see SUPPORTED_ARCHS), head dim, dtype and cache kind.
 
     Shared memory is about num_stages x block_n x head_dim x 2 (K and V) plus the query tile
     of block_m x head_dim, times the element size; fp32 also needs registers for 3xTF32 dots.
     Hopper's bf16/fp16 entries are the ones measured on an H200 (docs/gpu-report.md); its
-    former fp32 tiles spilled and, at head dim 256, needed 256 KiB of shared memory.
+    former fp32 tiles spilled and, at head dim 256, needed 256 KiB of shared memory. An fp8
+    cache converts K/V in registers: Hopper's 64-token tiles then spilled at head dim 256.
     """
     if arch == INTERPRETER_ARCH:
         return PrefillConfig(64, 32, 4, 1)
@@ -80,7 +83,7 @@ def prefill_config(arch: int, head_dim: int, dtype: torch.dtype) -> PrefillConfi
     if arch == 90:
         if head_dim <= 128:
             return PrefillConfig(128, 64, 8, 3)  # two warpgroups of 64 rows (wgmma)
-        return PrefillConfig(64, 64, 8, 2)
+        return PrefillConfig(64, 32 if is_fp8_kv else 64, 8, 2)
     if arch == 80:
         if head_dim <= 128:
             return PrefillConfig(128, 64, 8, 2)
@@ -90,8 +93,11 @@ def prefill_config(arch: int, head_dim: int, dtype: torch.dtype) -> PrefillConfi
     return PrefillConfig(64, 32, 8, 1)
 
 
-def decode_config(arch: int, head_dim: int, dtype: torch.dtype) -> DecodeConfig:
-    """The decode launch for `arch`, head dim and dtype (bandwidth-bound: modest tiles)."""
+def decode_config(
+    arch: int, head_dim: int, dtype: torch.dtype, is_fp8_kv: bool = False
+) -> DecodeConfig:
+    """The decode launch for `arch`, head dim, dtype and cache kind (bandwidth-bound: modest
+    tiles; fp32 dots on an fp8 cache, converted in registers, spilled with 64-token tiles)."""
     if arch == INTERPRETER_ARCH:
         return DecodeConfig(64 if head_dim <= 128 else 32, 4, 1)
     is_small_smem = arch in (86, 89)
@@ -103,6 +109,8 @@ def decode_config(arch: int, head_dim: int, dtype: torch.dtype) -> DecodeConfig:
         if dtype == torch.float32 and is_small_smem:  # 32-token 3xTF32 tiles spilled 8 B
             return DecodeConfig(16, 4, 2)
         return DecodeConfig(32, 4, 2)  # 64-token tiles left an 8-byte stack on sm_86 and 9.0
+    if dtype == torch.float32 and is_fp8_kv:
+        return DecodeConfig(32, 4, 2)
     return DecodeConfig(64, 4, 2)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from llmd.kernels.checks import must_dot_in_fp32
+from llmd.kernels.checks import KV_CACHE_FP8_DTYPE, check_kv_scale, must_dot_in_fp32
 
 LOG2_E = 1.4426950408889634
 """log2(e): the attention kernels use exp2, so the softmax scale is multiplied by it."""
@@ -18,6 +18,16 @@ LOG2_E = 1.4426950408889634
 def cache_strides(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, ...]:
     """(block, token, head) strides of the key cache, then the same of the value cache."""
     return (*k_cache.stride()[:3], *v_cache.stride()[:3])
+
+
+def cache_scales(k_cache: torch.Tensor, k_scale: float, v_scale: float) -> tuple[float, float]:
+    """(k_scale, v_scale) the kernels apply: the given ones, checked, for an fp8 cache, else
+    (1.0, 1.0) since other caches hold K/V themselves."""
+    check_kv_scale(k_scale, "k_scale")
+    check_kv_scale(v_scale, "v_scale")
+    if k_cache.dtype != KV_CACHE_FP8_DTYPE:
+        return 1.0, 1.0
+    return float(k_scale), float(v_scale)
 
 
 def attention_strides(

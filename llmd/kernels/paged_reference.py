@@ -17,13 +17,14 @@ def context_kv(
     seq_idx: int,
     seq_len: int,
     num_heads: int,
+    kv_scales: tuple[float, float] = (1.0, 1.0),
 ) -> tuple[torch.Tensor, torch.Tensor]:  # keys, values: [seq_len, num_heads, head_dim] fp32
-    """The first `seq_len` cached keys and values of sequence `seq_idx`, in fp32, each KV
-    head repeated for the query heads of its GQA group."""
+    """The first `seq_len` cached keys and values of sequence `seq_idx`, in fp32 times
+    `kv_scales` (k_scale, v_scale), each KV head repeated for its GQA group's query heads."""
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group_size = num_heads // num_kv_heads
     positions = torch.arange(seq_len, device=k_cache.device)
     block_ids = block_tables[seq_idx, positions // block_size].long()
-    keys = k_cache[block_ids, positions % block_size].float()  # [seq_len, kv_heads, dim]
-    values = v_cache[block_ids, positions % block_size].float()
+    keys = k_cache[block_ids, positions % block_size].float() * kv_scales[0]  # [seq, kvh, d]
+    values = v_cache[block_ids, positions % block_size].float() * kv_scales[1]
     return keys.repeat_interleave(group_size, dim=1), values.repeat_interleave(group_size, dim=1)

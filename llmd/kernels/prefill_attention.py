@@ -14,6 +14,7 @@ import triton.language as tl
 from llmd.errors import require
 from llmd.kernels.checks import (
     INDEX_DTYPES,
+    KV_CACHE_FP8_DTYPE,
     check_contiguous,
     check_dtype,
     check_paged_attention_inputs,
@@ -21,7 +22,12 @@ from llmd.kernels.checks import (
     next_power_of_2,
 )
 from llmd.kernels.launch_configs import arch_of, prefill_config
-from llmd.kernels.paged_launch import LOG2_E, attention_constants, attention_strides
+from llmd.kernels.paged_launch import (
+    LOG2_E,
+    attention_constants,
+    attention_strides,
+    cache_scales,
+)
 from llmd.kernels.paged_reference import context_kv
 
 
@@ -68,6 +74,7 @@ def _attend_tile(
     in_block = offs_n % BLOCK_SIZE
     k_offs = block_ids * stride_k_block + in_block * stride_k_token + kv_head * stride_k_head
     k = tl.load(k_cache_ptr + k_offs[None, :] + offs_d[:, None], mask=k_mask, other=0.0)
+    k = k.to(q.dtype)  # an fp8 cache's keys, exactly (no-op for a cache in q's dtype)
     if DOT_IN_FP32:
         qk = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="tf32x3")
     else:
@@ -83,11 +90,12 @@ def _attend_tile(
     l_i = l_i * alpha + tl.sum(p, 1)
     v_offs = block_ids * stride_v_block + in_block * stride_v_token + kv_head * stride_v_head
     v = tl.load(v_cache_ptr + v_offs[:, None] + offs_d[None, :], mask=v_mask, other=0.0)
+    v = v.to(q.dtype)
     if DOT_IN_FP32:
-        p_rounded = p.to(v.dtype).to(tl.float32)  # same rounding as the low-precision dot
+        p_rounded = p.to(q.dtype).to(tl.float32)  # same rounding as the low-precision dot
         pv = tl.dot(p_rounded, v.to(tl.float32), input_precision="tf32x3")
     else:
-        pv = tl.dot(p.to(v.dtype), v)  # [BLOCK_M, BLOCK_D]
+        pv = tl.dot(p.to(q.dtype), v)  # [BLOCK_M, BLOCK_D]
     acc = acc * alpha[:, None] + pv
     return acc, l_i, m_new
 
@@ -103,7 +111,8 @@ def _prefill_attention_kernel(
     block_tables_ptr,  # [num_seqs, max_blocks_per_seq]
     seq_lens_ptr,  # [num_seqs]
     query_start_loc_ptr,  # [num_seqs + 1]
-    qk_scale,  # softmax scale * log2(e)
+    qk_scale,  # softmax scale * k_scale * log2(e)
+    v_scale,  # what an fp8 cache's values are multiplied by (1.0 for other caches)
     stride_out_token,
     stride_out_head,
     stride_q_token,
@@ -176,7 +185,7 @@ def _prefill_attention_kernel(
             DOT_IN_FP32,
         )  # fmt: skip
 
-    out = acc / l_i[:, None]
+    out = acc * (v_scale / l_i)[:, None]
     out_ptrs = out_ptr + rows[:, None] * stride_out_token + head_ids[:, None] * stride_out_head
     tl.store(out_ptrs + offs_d[None, :], out.to(out_ptr.dtype.element_ty), mask=row_mask)
 
@@ -205,6 +214,8 @@ def prefill_attention(
     out: torch.Tensor | None = None,  # [num_tokens, num_heads, head_dim]
     block_m: int | None = None,
     block_n: int | None = None,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     """Causal attention of each chunk `query[qsl[i]:qsl[i+1]]` over its first `seq_lens[i]` tokens.
 
@@ -213,9 +224,11 @@ def prefill_attention(
     least every chunk's length (it sizes the grid), and each chunk must be no longer than its
     context; these values are not checked, since that would need a host sync.
     `block_m` (rows per program: tokens x heads of a GQA group) and `block_n` (tokens per K/V
-    tile) override the tuned tile sizes.
+    tile) override the tuned tile sizes. An fp8 e4m3 cache holds key / `k_scale` and value /
+    `v_scale` (the scales are ignored for other caches).
     """
     _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, out)
+    k_scale, v_scale = cache_scales(k_cache, k_scale, v_scale)
     _, num_heads, head_dim = query.shape
     num_kv_heads = k_cache.shape[2]
     num_seqs = block_tables.shape[0]
@@ -228,7 +241,8 @@ def prefill_attention(
         out = torch.empty_like(query)
     if num_seqs == 0 or max_query_len == 0:
         return out
-    config = prefill_config(arch_of(query.device), head_dim, query.dtype)
+    is_fp8_kv = k_cache.dtype == KV_CACHE_FP8_DTYPE
+    config = prefill_config(arch_of(query.device), head_dim, query.dtype, is_fp8_kv)
     num_warps, num_stages = config.num_warps, config.num_stages
     group_size = num_heads // num_kv_heads
     block_g = next_power_of_2(group_size)
@@ -251,7 +265,8 @@ def prefill_attention(
         block_tables,
         seq_lens,
         query_start_loc,
-        float(scale) * LOG2_E,
+        float(scale) * k_scale * LOG2_E,
+        v_scale,
         *attention_strides(out, query, k_cache, v_cache, block_tables),
         **attention_constants(query, k_cache),
         BLOCK_G=block_g,
@@ -272,17 +287,23 @@ def prefill_attention_reference(
     seq_lens: torch.Tensor,  # [num_seqs]
     query_start_loc: torch.Tensor,  # [num_seqs + 1]
     scale: float,
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]; rows outside the chunks are zero
-    """Slow, obviously correct chunked causal attention in fp32, one sequence at a time."""
+    """Slow, obviously correct chunked causal attention in fp32, one sequence at a time (an
+    fp8 cache's K/V multiplied back by their scales)."""
     num_heads = query.shape[1]
     out = torch.zeros_like(query)
     starts = query_start_loc.tolist()
+    scales = cache_scales(k_cache, k_scale, v_scale)
     for seq_idx, seq_len in enumerate(seq_lens.tolist()):
         row_start, row_end = starts[seq_idx], starts[seq_idx + 1]
         query_len = row_end - row_start
         if query_len == 0:
             continue
-        keys, values = context_kv(k_cache, v_cache, block_tables, seq_idx, seq_len, num_heads)
+        keys, values = context_kv(
+            k_cache, v_cache, block_tables, seq_idx, seq_len, num_heads, scales
+        )
         q = query[row_start:row_end].float()  # [query_len, num_heads, head_dim]
         scores = torch.einsum("qhd,thd->hqt", q, keys) * scale
         positions = torch.arange(seq_len, device=query.device)

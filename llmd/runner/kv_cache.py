@@ -71,23 +71,32 @@ KV_CACHE_DTYPES = {
 
 
 def resolve_kv_cache_dtype(
-    name: str, model_dtype: torch.dtype, backend: AttentionBackend
+    name: str,
+    model_dtype: torch.dtype,
+    backend: AttentionBackend,
+    device: torch.device | None = None,
 ) -> torch.dtype:
-    """The KV cache's element type: `auto` is the model's; another needs the cpu backend.
+    """The KV cache's element type: `auto` is the model's; fp8 needs the cpu or triton
+    backend, another dtype the cpu one.
 
-    Only the cpu attention op reads a cache whose dtype differs from the activations'
-    (it computes in float32 either way, and quantizes K/V into an fp8 cache); the torch
-    and Triton paths store K/V as they are.
+    The cpu attention op reads a cache of any dtype (it computes in float32 either way);
+    the Triton kernels read an fp8 one (quantizing K/V with the layer's scales) where the
+    device can (`check_kv_cache_dtype`, when `device` is given); the torch path stores
+    K/V as they are.
     """
     if name == "auto":
         return model_dtype
     if name not in KV_CACHE_DTYPES:
         raise InvalidParameterError(f"unknown KV cache dtype {name!r}", "kv_cache_dtype")
     dtype = KV_CACHE_DTYPES[name]
-    if dtype != model_dtype and not backend.reads_any_kv_dtype:
+    is_fp8_read = dtype == torch.float8_e4m3fn and backend.reads_fp8_kv
+    if dtype != model_dtype and not (backend.reads_any_kv_dtype or is_fp8_read):
+        needs = "cpu or triton" if dtype == torch.float8_e4m3fn else "cpu"
         raise InvalidParameterError(
-            f"{name} under {dtype_name(model_dtype)} activations needs the cpu attention backend "
-            f"(the {backend.name} backend keeps K/V in the model's dtype)",
+            f"{name} under {dtype_name(model_dtype)} activations needs the {needs} attention "
+            f"backend (the {backend.name} backend keeps K/V in the model's dtype)",
             "kv_cache_dtype",
         )
+    if device is not None:
+        backend.check_kv_cache_dtype(dtype, device)
     return dtype

@@ -101,7 +101,9 @@ class ModelRunner:
         self.max_num_batched_tokens = max_num_batched_tokens
         """Most tokens one step computes (the scheduler's budget): sizes profiling, graphs."""
         self.backend = create_attention_backend(config.attention_backend, self.device)
-        self.kv_dtype = resolve_kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.backend)
+        self.kv_dtype = resolve_kv_cache_dtype(
+            config.kv_cache_dtype, self.dtype, self.backend, self.device
+        )
         # Free device memory before anything of ours is loaded: the KV budget's base.
         self.free_bytes_at_start = (
             torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else 0

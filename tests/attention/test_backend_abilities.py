@@ -18,6 +18,7 @@ enable_interpreter_without_cuda()  # before llmd.kernels is imported (lazily, be
 ABILITIES = (
     "supports_cuda_graphs",
     "reads_any_kv_dtype",
+    "reads_fp8_kv",
     "pairs_with_triton_layers",
     "pairs_with_cpu_layer_ops",
 )
@@ -44,4 +45,32 @@ def test_triton_backend_is_graph_safe_and_brings_the_triton_layer_kernels():
     pytest.importorskip("triton")
     from llmd.attention.triton_backend import TritonAttentionBackend
 
-    assert declared(TritonAttentionBackend) == {"supports_cuda_graphs", "pairs_with_triton_layers"}
+    assert declared(TritonAttentionBackend) == {
+        "supports_cuda_graphs",
+        "reads_fp8_kv",
+        "pairs_with_triton_layers",
+    }
+
+
+@pytest.mark.parametrize(
+    ("capability", "is_refused"), [((8, 0), True), ((8, 6), True), ((8, 9), False), ((9, 0), False)]
+)
+def test_triton_refuses_an_fp8_cache_before_sm89_by_name(monkeypatch, capability, is_refused):
+    """Triton has no e4m3 type before sm_89: the runner must refuse fp8 at start-up there."""
+    pytest.importorskip("triton")
+    import torch
+
+    from llmd.attention.triton_backend import TritonAttentionBackend
+    from llmd.errors import InvalidParameterError
+    from llmd.runner.kv_cache import resolve_kv_cache_dtype
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    backend, cuda = TritonAttentionBackend(), torch.device("cuda", 0)
+    backend.check_kv_cache_dtype(torch.bfloat16, cuda)  # other caches: any arch
+    backend.check_kv_cache_dtype(torch.float8_e4m3fn, torch.device("cpu"))  # the interpreter
+    if not is_refused:
+        assert resolve_kv_cache_dtype("fp8", torch.bfloat16, backend, cuda) is torch.float8_e4m3fn
+        return
+    with pytest.raises(InvalidParameterError) as error:
+        resolve_kv_cache_dtype("fp8", torch.bfloat16, backend, cuda)
+    assert error.value.parameter == "kv_cache_dtype" and "8.9" in error.value.message

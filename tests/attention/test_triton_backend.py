@@ -140,3 +140,75 @@ def test_graph_style_decode_batch_with_padding(device):
     expected = naive_paged_attention(query[:2], k_cache, v_cache, metadata, head_dim**-0.5)
     torch.testing.assert_close(out[:2], expected, atol=1e-5, rtol=1e-5)
     assert (out[2] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_fp8_cache_matches_the_reference_on_dequantized_kv_and_the_cpu_op(device, dtype):
+    """kv_cache_dtype=fp8: the store writes key / k_scale and value / v_scale as e4m3 (the
+    same bytes as the CPU op), NaN bytes in unused slots stay unread, and a mixed batch of
+    decodes and prefill chunks over cached prefixes matches the reference on the caches
+    multiplied back by their scales (and the CPU op's output on the same fp8 caches)."""
+    from llmd.attention.triton_backend import TritonAttentionBackend
+
+    generator = torch.Generator().manual_seed(4)
+    block_size, num_blocks, num_heads, num_kv_heads, head_dim = 16, 20, 8, 2, 64
+    query_lens, seq_lens = [1, 1, 1, 9, 4, 20], [1, 17, 70, 9, 36, 33]
+    metadata, block_ids_per_seq = build_metadata(
+        query_lens, seq_lens, block_size, num_blocks, device=device, generator=generator
+    )
+    k_cache, v_cache = _prefilled_caches(
+        metadata, block_ids_per_seq, block_size, num_blocks, num_kv_heads, head_dim,
+        torch.float32, device, generator,
+    )  # fmt: skip
+    k_scale, v_scale = 0.25, 3.0
+    k8 = (k_cache / k_scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+    v8 = (v_cache * 1000 / v_scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+    query, key, value = _step_inputs(
+        metadata.num_tokens, num_heads, num_kv_heads, head_dim, dtype, device, generator
+    )
+    value = value * 1000  # |value / v_scale| passes 448 for some draws: saturation
+    k_before, v_before = k8.clone(), v8.clone()
+    out = TritonAttentionBackend().forward(
+        AttentionInputs(query, key, value, k8, v8, metadata, 0.125, k_scale, v_scale)
+    )
+
+    stored = {"k": k_before.view(torch.uint8), "v": v_before.view(torch.uint8)}
+    for name, new, scale in (("k", key, k_scale), ("v", value, v_scale)):
+        quantized = (new.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+        flat = stored[name].view(-1, num_kv_heads, head_dim)
+        flat[metadata.slot_mapping.long()] = quantized.view(torch.uint8)
+    assert torch.equal(k8.view(torch.uint8), stored["k"])
+    assert torch.equal(v8.view(torch.uint8), stored["v"])
+    assert (v8.view(torch.uint8) & 0x7F == 0x7E).any()  # saturated at 448
+    assert (k8.view(torch.uint8) == 0x7F).any()  # unused slots still hold NaN
+
+    assert out.dtype == dtype and torch.isfinite(out.float()).all()
+    k_real, v_real = k8.float() * k_scale, v8.float() * v_scale
+    expected = naive_paged_attention(query.float(), k_real, v_real, metadata, 0.125)
+    magnitude = expected.abs().max().item()  # values reach ~1000: absolute error scales too
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.float(), expected.float(), atol=tolerance * magnitude,
+                               rtol=tolerance)  # fmt: skip
+    if device == "cpu":
+        _check_against_the_cpu_op(out, query, key, value, k_before, v_before, k8, v8, metadata,
+                                  k_scale, v_scale, tolerance * magnitude)  # fmt: skip
+
+
+def _check_against_the_cpu_op(out, query, key, value, k_before, v_before, k8, v8, metadata,
+                              k_scale, v_scale, atol):  # fmt: skip
+    """The CPU op on the same fp8 caches stores the same bytes and attends alike."""
+    from llmd.attention.cpu_backend import CpuAttentionBackend
+    from llmd.attention.cpu_extension import CpuExtensionUnavailableError
+
+    try:
+        cpu_backend = CpuAttentionBackend()
+    except CpuExtensionUnavailableError as error:
+        pytest.skip(f"the CPU op cannot be built here: {error}")
+    k_cpu = k_before.permute(0, 2, 3, 1).contiguous()  # the CPU backend's layout
+    v_cpu = v_before.permute(0, 2, 1, 3).contiguous()
+    cpu_out = cpu_backend.forward(
+        AttentionInputs(query, key, value, k_cpu, v_cpu, metadata, 0.125, k_scale, v_scale)
+    )
+    assert torch.equal(k_cpu.permute(0, 3, 1, 2).view(torch.uint8), k8.view(torch.uint8))
+    assert torch.equal(v_cpu.permute(0, 2, 1, 3).view(torch.uint8), v8.view(torch.uint8))
+    torch.testing.assert_close(out.float(), cpu_out.float(), atol=atol, rtol=2e-2)

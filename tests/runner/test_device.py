@@ -101,8 +101,13 @@ def test_the_kv_cache_dtype_follows_the_model_unless_the_cpu_op_can_read_another
     assert error.value.parameter == "kv_cache_dtype" and "torch" in error.value.message
     for fp8 in ("fp8", "fp8_e4m3"):  # e4m3, quantized by the cpu op
         assert resolve_kv_cache_dtype(fp8, torch.bfloat16, converts) is torch.float8_e4m3fn
-        with pytest.raises(InvalidParameterError, match="cpu attention backend"):
+        with pytest.raises(InvalidParameterError, match="cpu or triton attention backend"):
             resolve_kv_cache_dtype(fp8, torch.bfloat16, keeps_dtype)
+    reads_fp8 = TorchAttentionBackend()
+    reads_fp8.reads_fp8_kv = True  # what the triton backend declares
+    assert resolve_kv_cache_dtype("fp8", torch.float32, reads_fp8) is torch.float8_e4m3fn
+    with pytest.raises(InvalidParameterError, match="needs the cpu attention backend"):
+        resolve_kv_cache_dtype("bfloat16", torch.float32, reads_fp8)
     with pytest.raises(InvalidParameterError):
         resolve_kv_cache_dtype("int8", torch.float32, converts)
     with pytest.raises(InvalidParameterError) as error:
