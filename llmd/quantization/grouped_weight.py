@@ -88,3 +88,12 @@ def sequential_group_ids(group_ids: torch.Tensor, group_size: int) -> bool:
     """Whether act-order `group_ids` are the plain column // group_size (no reordering)."""
     expected = torch.arange(group_ids.numel()) // group_size
     return bool(torch.equal(group_ids.to(torch.int64), expected))
+
+
+def sorted_by_group(weight: GroupedIntWeight) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The codes with their columns sorted by group, and that column order (None when the
+    groups are already sequential); act-order layers reorder the input's columns the same way."""
+    if weight.group_ids is None or sequential_group_ids(weight.group_ids, weight.group_size):
+        return weight.values, None
+    column_order = torch.argsort(weight.group_ids.to(torch.int64), stable=True)
+    return weight.values[:, column_order], column_order

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from llmd.quantization.grouped_weight import GroupedIntWeight, sequential_group_ids
+from llmd.quantization.grouped_weight import GroupedIntWeight, sorted_by_group
 from llmd.quantization.int8_linear import CPU_KERNEL_MAX_ROWS, load_int_linear_ops
 
 if TYPE_CHECKING:
@@ -76,14 +76,8 @@ class Int4Linear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.dtype = dtype
         self.group_size = weight.group_size
-        values, scales, zero_points = weight.values, weight.scales, weight.zero_points
-        column_order = None
-        if weight.group_ids is not None and not sequential_group_ids(
-            weight.group_ids, weight.group_size
-        ):
-            # Act-order: sort the columns by group, and the input's columns the same way.
-            column_order = torch.argsort(weight.group_ids.to(torch.int64), stable=True)
-            values = values[:, column_order]
+        scales, zero_points = weight.scales, weight.zero_points
+        values, column_order = sorted_by_group(weight)
         self.register_buffer("column_order", column_order, persistent=False)
         num_padded = -self.out_features % BLOCK_ROWS
         self.register_buffer("packed_weight", pack_int4(values), persistent=False)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from llmd.kernels import is_triton_available
-from llmd.quantization.grouped_weight import GroupedIntWeight, sequential_group_ids
+from llmd.quantization.grouped_weight import GroupedIntWeight, sorted_by_group
 
 GROUP_MULTIPLE = 16
 """The kernel's K tile divides the group size, and tl.dot needs at least 16."""
@@ -61,14 +61,8 @@ class TritonInt4Linear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.dtype = dtype
         self.group_size = kernel_group_size(weight)
-        values, scales, zero_points = weight.values, weight.scales, weight.zero_points
-        column_order = None
-        if weight.group_ids is not None and not sequential_group_ids(
-            weight.group_ids, weight.group_size
-        ):
-            # Act-order: sort the columns by group, and the input's columns the same way.
-            column_order = torch.argsort(weight.group_ids.to(torch.int64), stable=True)
-            values = values[:, column_order]
+        scales, zero_points = weight.scales, weight.zero_points
+        values, column_order = sorted_by_group(weight)
         self.register_buffer("column_order", column_order, persistent=False)
         codes = values.to(torch.int32) + SYMMETRIC_ZERO  # [N, K] unsigned, 0..15
         self.register_buffer("packed_weight", pack_int4_along_k(codes), persistent=False)
