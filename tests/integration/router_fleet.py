@@ -26,10 +26,26 @@ ROUTER_PACKAGE = "smg==1.13.0"
 """SMG, not vllm-router 0.1.17: the latter routed text prompts by load alone here (its
 prefix input 'render_unavailable' for llmd's workers), see docs/scale-out.md."""
 INSTALL_TIMEOUT_S = 600
+LOAD_MONITOR_INTERVAL_S = 1
+"""How often SMG polls each worker's load (its default is 10 s)."""
 ROUTER_ARGS = ["--policy", "cache_aware", "--retry-max-retries", "3",
                "--health-check-interval-secs", "1", "--health-failure-threshold", "1",
-               "--health-success-threshold", "1"]  # fmt: skip
-"""Cache-aware routing, retried on another worker, a dead worker seen within a second."""
+               "--health-success-threshold", "1",
+               "--load-monitor-interval", str(LOAD_MONITOR_INTERVAL_S),
+               "--worker-warmup-secs", "0", "--worker-warmup-divert-every", "0"]  # fmt: skip
+"""Cache-aware routing, retried on another worker, a dead worker seen within a second.
+
+SMG places a cache miss on the worker with the least expected wait, from each worker's
+last load report plus what it sent there since. Its monitor polls when a worker registers
+and then every interval; the workers register one after the other, so at 10 s the second
+one had no report for the first 10 s and scored as if busy. Polled each second, both have
+one before the router is used (`Router.start` waits for it).
+
+SMG's warm-up slice is off: by default it sends one cache miss in four to a worker that
+became routable in the last minute, and one cache hit in eight to a worker whose index is
+thin, whatever the load. Both workers start thin, so with it on, a group's first request
+may land on the busy worker and a later one on the worker that does not hold its prefix:
+the test would measure SMG's warm-up dice, not whether it sees llmd's load and cache."""
 
 
 def cache_root() -> Path:
@@ -149,7 +165,7 @@ class Router:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        """Start the router and wait until it answers through a worker, or skip with why."""
+        """Start the router; wait until every worker is routable and load-polled, or skip."""
         command = [str(self.binary), *self.subcommand,
                    "--host", "127.0.0.1", "--port", str(self.port),
                    "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port),
@@ -162,12 +178,21 @@ class Router:
                 pytest.skip(f"the router exited with {self.process.returncode}: "
                             f"{self.log_path.read_text()[-500:]}")  # fmt: skip
             try:
-                if httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200:
+                if self.ready_worker_urls() >= set(self.worker_urls):
+                    time.sleep(2 * LOAD_MONITOR_INTERVAL_S)  # a load poll covering all
                     return
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
-        pytest.skip(f"the router did not answer in 60 s: {self.log_path.read_text()[-500:]}")
+        pytest.skip(f"the router did not route to every worker in 60 s: "
+                    f"{self.log_path.read_text()[-500:]}")  # fmt: skip
+
+    def ready_worker_urls(self) -> set[str]:
+        """The workers the router lists as ready (`GET /workers`)."""
+        response = httpx.get(f"{self.url}/workers", timeout=2)
+        if response.status_code != 200:
+            return set()
+        return {w["url"] for w in response.json().get("workers", []) if w.get("status") == "ready"}
 
     def stop(self) -> None:
         """Stop the router."""

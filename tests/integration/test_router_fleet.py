@@ -14,15 +14,19 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.integration.router_fleet import Router, Worker, router_binary
+from tests.integration.router_fleet import LOAD_MONITOR_INTERVAL_S, Router, Worker, router_binary
+from tests.tiny_model import make_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.soak]
 """About a minute (two daemons start twice): out of the default run, in `-m soak`."""
 
 NUM_GROUPS = 4
 REQUESTS_PER_GROUP = 6
-LONG_MAX_TOKENS = 256
-"""A first request that runs long enough (about a second on one thread) to be in flight."""
+MODEL_LEN = 2048
+"""The fleet's context: room for a long request after a group's ~190-token prompt."""
+LONG_MAX_TOKENS = 1536
+"""A request that stays in flight while another is sent and served: about 1.7 s on one
+thread of a 2026 EPYC core, ~1 ms a token (256 tokens ended before the next was sent)."""
 WORDS = ("river", "stone", "lamp", "cloud", "garden", "window", "bridge", "forest")
 
 
@@ -44,10 +48,13 @@ def _deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, floa
 
 
 @pytest.fixture
-def fleet(tiny_model_dir, tmp_path):
+def fleet(tmp_path):
     """Two workers and the router in front of them; everything stopped at the end."""
     binary = router_binary()
-    workers = [Worker(tiny_model_dir, tmp_path / f"worker-{i}") for i in range(2)]
+    model_dir = make_tiny_model(tmp_path / "model", "llama", max_position_embeddings=MODEL_LEN)
+    serve_args = ("--max-model-len", str(MODEL_LEN), "--num-blocks", "512")
+    workers = [Worker(model_dir, tmp_path / f"worker-{i}", serve_args=serve_args)
+               for i in range(2)]  # fmt: skip
     router = Router(binary, [w.url for w in workers], tmp_path / "router.log")
     try:
         for worker in workers:
@@ -60,6 +67,43 @@ def fleet(tiny_model_dir, tmp_path):
             worker.stop()
 
 
+def send_beside_a_long_one(
+    router: Router,
+    workers: list[Worker],
+    long_group: int,
+    long_question: int,
+    group: int,
+    question: int,
+) -> tuple[int, int]:
+    """Send `group`'s request while a long one of `long_group` runs, and return the index of
+    the worker that ran the long one and of the worker that served the other.
+
+    Each worker's own gauges and counters tell where each went: the long request is the
+    only one running when the other is sent, and each worker's finished count grows by one
+    for each request it served. SMG scores a worker by its last load report, which counts
+    the requests it ran then, so the call first waits for reports of idle workers."""
+    time.sleep(2 * LOAD_MONITOR_INTERVAL_S)
+    before = [w.counters() for w in workers]
+    with ThreadPoolExecutor(1) as pool:
+        long_one = pool.submit(complete, router, long_group, long_question, LONG_MAX_TOKENS)
+        deadline = time.monotonic() + 30
+        while sum(w.num_running() for w in workers) == 0 and not long_one.done():
+            assert time.monotonic() < deadline, "the long request never ran"
+            time.sleep(0.01)
+        assert not long_one.done(), "the long request ended before the next was sent"
+        busy = [w.num_running() for w in workers].index(1)
+        response = complete(router, group, question)
+        assert response.status_code == 200, response.text
+        assert not long_one.done(), "the long request ended before the other was served"
+        assert long_one.result().status_code == 200
+    deltas = [_deltas(b, w.counters())["requests"] for b, w in zip(before, workers)]
+    assert sum(deltas) == 2, deltas
+    if deltas[busy] == 2:
+        return busy, busy
+    [other] = [i for i, d in enumerate(deltas) if i != busy and d == 1]
+    return busy, other
+
+
 def place_first_requests(router: Router, workers: list[Worker]) -> list[int]:
     """Send each group's first request, the odd groups' while the even one before them is
     still running on a worker, and return the worker that served each group.
@@ -69,20 +113,9 @@ def place_first_requests(router: Router, workers: list[Worker]) -> list[int]:
     workers, the choice would be a tie that SMG may break either way."""
     served_by = []
     for group in range(0, NUM_GROUPS, 2):
-        before = [w.counters() for w in workers]
-        with ThreadPoolExecutor(1) as pool:
-            long_one = pool.submit(complete, router, group, 0, LONG_MAX_TOKENS)
-            deadline = time.monotonic() + 30
-            while sum(w.num_running() for w in workers) == 0 and not long_one.done():
-                assert time.monotonic() < deadline, "the long request never ran"
-                time.sleep(0.01)
-            assert not long_one.done(), "the long request ended before the next was sent"
-            busy = [w.num_running() for w in workers].index(1)
-            assert complete(router, group + 1, 0).status_code == 200
-            assert long_one.result().status_code == 200
-        deltas = [_deltas(b, w.counters())["requests"] for b, w in zip(before, workers)]
-        assert sorted(deltas) == [1, 1], deltas  # one each: the router saw the busy worker
-        served_by += [busy, 1 - busy]
+        busy, other = send_beside_a_long_one(router, workers, group, 0, group + 1, 0)
+        assert other == 1 - busy, (busy, other)  # the router saw the busy worker
+        served_by += [busy, other]
     return served_by
 
 
@@ -116,12 +149,11 @@ def test_groups_stick_to_one_worker_and_survive_a_killed_one(fleet):
         assert response.status_code == 200, response.text
     assert _deltas(before, survivor.counters())["requests"] == num_after_kill
 
-    # Restarted on its port, the worker rejoins: new groups reach it again.
+    # Restarted on its port, the worker rejoins: a new group sent while the survivor is busy
+    # with a group it holds reaches the restarted worker.
     victim.start()
     time.sleep(3)  # a few of the router's 1 s health checks
-    before = victim.counters()
-    for group in range(NUM_GROUPS, NUM_GROUPS + 8):
-        assert complete(router, group, 0).status_code == 200
-        if _deltas(before, victim.counters())["requests"] > 0:
-            break
-    assert _deltas(before, victim.counters())["requests"] > 0, "the restarted worker got nothing"
+    held = owners.index(1 - owners[0])  # a group only the survivor ever served
+    busy, other = send_beside_a_long_one(router, workers, held, 200, NUM_GROUPS, 0)
+    assert workers[busy] is survivor, "the long request of a group it holds left the survivor"
+    assert workers[other] is victim, "the restarted worker got nothing"
