@@ -1,7 +1,8 @@
 """Builds and loads llmd's C++ CPU ops, once per source, compiler flags and CPU.
 
 One extension holds the paged-attention op, the fused layer ops (RMSNorm, rotary, SiLU-and-mul),
-the greedy sampler's row argmax and the int8/int4 weight-only linears.
+the MoE layers' grouped expert linear, the greedy sampler's row argmax and the int8/int4
+weight-only linears.
 
 The op is compiled on first use with torch's cpp_extension (gcc, ninja) for the host's
 instruction set and cached in a per-user directory keyed by a hash of everything that
@@ -26,10 +27,11 @@ logger = logging.getLogger(__name__)
 
 SOURCE_PATH = Path(__file__).parent / "csrc" / "paged_attention.cpp"
 LAYER_OPS_PATH = Path(__file__).parent.parent / "layers" / "csrc" / "cpu_layer_ops.cpp"
+MOE_LINEAR_PATH = Path(__file__).parent.parent / "layers" / "csrc" / "moe_grouped_linear.cpp"
 ROW_ARGMAX_PATH = Path(__file__).parent.parent / "runner" / "csrc" / "row_argmax.cpp"
 QUANT_DIR = Path(__file__).parent.parent / "quantization" / "csrc"
 INT_LINEAR_PATHS = (QUANT_DIR / "int8_linear.cpp", QUANT_DIR / "int4_linear.cpp")
-SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH, ROW_ARGMAX_PATH, *INT_LINEAR_PATHS)
+SOURCE_PATHS = (SOURCE_PATH, LAYER_OPS_PATH, MOE_LINEAR_PATH, ROW_ARGMAX_PATH, *INT_LINEAR_PATHS)
 HEADER_PATHS = (
     *(
         Path(__file__).parent / "csrc" / name

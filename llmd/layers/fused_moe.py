@@ -4,7 +4,9 @@ Tokens are grouped by expert (a stable argsort of the flat top-k ids, counts by 
 each touched expert multiplies its gathered rows once, and the weighted rows are added back
 to their tokens with one index_add_: no Python loop over tokens, and an expert that got no
 token costs nothing, which is what makes a decode step read only the experts it uses.
-With Triton layers (CUDA) both projections are grouped GEMMs over all experts at once.
+With Triton layers (CUDA) both projections are grouped GEMMs over all experts at once, and
+with the C++ CPU ops (llmd/layers/csrc/moe_grouped_linear.cpp) one call each runs every
+touched expert's rows.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llmd.attention.cpu_extension import CPU_OP_DTYPES
 from llmd.layers.activation import GatedActivation
 from llmd.layers.kernel_config import KernelConfig
 from llmd.layers.routing_stats import RoutingStats
@@ -65,16 +68,33 @@ class FusedMoE(nn.Module):
         self.moe_layer_index = moe_layer_index
         self.kernel_config = KernelConfig()
         self._grouped_gemm: Callable[..., torch.Tensor] | None = None
+        self._cpu_grouped_linear: Callable[..., None] | None = None
 
     def use_kernel_config(self, config: KernelConfig) -> None:
         """Run the stacked experts as two Triton grouped GEMMs when `config` selects Triton
-        (no host round trip); otherwise one GEMM per touched expert."""
+        (no host round trip), as two C++ grouped linears when it selects the CPU ops;
+        otherwise one GEMM per touched expert."""
         self.kernel_config = config
-        self._grouped_gemm = None
+        self._grouped_gemm = self._cpu_grouped_linear = None
         if config.use_triton:
             from llmd.kernels.grouped_gemm import grouped_gemm
 
             self._grouped_gemm = grouped_gemm
+        if config.use_cpu_ops:
+            from llmd.attention.cpu_extension import load_cpu_ops
+
+            self._cpu_grouped_linear = load_cpu_ops().moe_grouped_linear
+
+    @property
+    def uses_cpu_grouped_linear(self) -> bool:
+        """Whether the stacked weights run on the C++ grouped linear (so they stay stacked,
+        not repacked per expert): CPU ops on, plain float32 or bfloat16 weights."""
+        return (
+            self._cpu_grouped_linear is not None
+            and self.expert_gemm is None
+            and self.gate_up_proj is not None
+            and self.gate_up_proj.dtype in CPU_OP_DTYPES
+        )
 
     def gate_up(self, expert_id: int, rows: torch.Tensor) -> torch.Tensor:
         """One expert's fused gate/up projection of its rows."""
@@ -105,6 +125,8 @@ class FusedMoE(nn.Module):
         rows = hidden.index_select(0, token_of_slot)  # [num_slots, hidden_size]
         if self._grouped_gemm is not None and self.expert_gemm is None:
             expert_out = self._grouped_experts(rows, counts)
+        elif self.uses_cpu_grouped_linear and rows.dtype == self.gate_up_proj.dtype:  # type: ignore[union-attr]
+            expert_out = self._cpu_grouped_experts(rows, counts)
         else:
             expert_out = self._expert_by_expert(rows, counts)
         slot_weights = weights.reshape(-1)[order].to(expert_out.dtype)  # [num_slots]
@@ -143,6 +165,23 @@ class FusedMoE(nn.Module):
             self.routing_stats.record(self.moe_layer_index, counts, (counts > 0).sum())
         gate_up = self._grouped_gemm(rows, self.gate_up_proj, counts)  # [num_slots, 2 I]
         return self._grouped_gemm(self.act(gate_up), self.down_proj, counts)
+
+    def _cpu_grouped_experts(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Both projections as one C++ call each over every touched expert's run of the
+        sorted rows; [num_slots, hidden_size] -> [num_slots, hidden_size]."""
+        assert self._cpu_grouped_linear is not None
+        assert self.gate_up_proj is not None and self.down_proj is not None
+        if self.routing_stats is not None:
+            num_touched = int(torch.count_nonzero(counts))
+            self.routing_stats.record(self.moe_layer_index, counts, num_touched)
+        offsets = counts.new_zeros(self.num_experts + 1)  # [num_experts + 1] slot offsets
+        torch.cumsum(counts, 0, out=offsets[1:])
+        gate_up = rows.new_empty(rows.shape[0], 2 * self.intermediate_size)  # [num_slots, 2 I]
+        self._cpu_grouped_linear(gate_up, rows, self.gate_up_proj, offsets)
+        activated = self.act(gate_up).contiguous()  # [num_slots, intermediate_size]
+        expert_out = torch.empty_like(rows)  # [num_slots, hidden_size]
+        self._cpu_grouped_linear(expert_out, activated, self.down_proj, offsets)
+        return expert_out
 
 
 def fused_moe_reference(

@@ -33,13 +33,15 @@ class PackedExpertGemm(nn.Module):
 
 def pack_expert_weights(model: nn.Module) -> int:
     """Pack the experts of every CPU `FusedMoE` of `model` that still has plain stacked
-    weights (dropping those); return how many layers were packed (0 where packing is
-    unavailable for the dtype). `warm_up_packed_linears` then finds the packed shapes."""
+    weights and no C++ grouped linear to run them (dropping those); return how many layers
+    were packed (0 where packing is unavailable for the dtype). `warm_up_packed_linears`
+    then finds the packed shapes."""
     layers = [
         module
         for module in model.modules()
         if isinstance(module, FusedMoE)
         and module.expert_gemm is None
+        and not module.uses_cpu_grouped_linear
         and module.gate_up_proj is not None
         and module.gate_up_proj.device.type == "cpu"
     ]

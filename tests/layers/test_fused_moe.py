@@ -3,7 +3,8 @@
 Routings are drawn at random and then forced into the edge cases that a grouped GEMM
 gets wrong first: experts that receive no token, one expert that receives every token,
 an empty batch; each with the stacked weights (torch), the oneDNN-packed experts and the
-C++ SiLU-and-mul. The routing statistics are checked against counts made here.
+C++ ops (the grouped expert linear and SiLU-and-mul). The routing statistics are checked
+against counts made here.
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ def test_fused_moe_matches_the_reference(case, num_tokens, path):
         assert isinstance(layer.expert_gemm, PackedExpertGemm) and layer.gate_up_proj is None
     if path == "cpu_ops":
         configure_kernels(layer, KernelConfig(use_cpu_ops=True))
-        assert layer.act.kernel_config.use_cpu_ops
+        assert layer.act.kernel_config.use_cpu_ops and layer.uses_cpu_grouped_linear
+        assert pack_expert_weights(layer) == 0  # the grouped linear keeps the stacked weights
+        assert layer.expert_gemm is None and layer.gate_up_proj is not None
     hidden = torch.randn(num_tokens, HIDDEN, generator=generator)
     weights, expert_ids = routing(case, num_tokens, generator)
     with torch.no_grad():
@@ -95,10 +98,14 @@ def test_an_empty_batch_gives_an_empty_output():
     assert out.shape == (0, HIDDEN)
 
 
-def test_bfloat16_experts_stay_close_to_the_fp32_reference():
+@pytest.mark.parametrize("path", ["torch", "cpu_ops"])
+def test_bfloat16_experts_stay_close_to_the_fp32_reference(path):
     """bf16 rounds each GEMM's output and the weighted rows: within 2^-6 relative of the
     reference computed in fp32 from the same bf16 weights and inputs."""
     layer = make_layer(2).to(torch.bfloat16)
+    if path == "cpu_ops":
+        configure_kernels(layer, KernelConfig(use_cpu_ops=True))
+        assert layer.uses_cpu_grouped_linear
     generator = torch.Generator().manual_seed(3)
     hidden = torch.randn(16, HIDDEN, generator=generator).to(torch.bfloat16)
     weights, expert_ids = routing("random", 16, generator)
