@@ -36,3 +36,14 @@ def pytest_report_header(config):
 def tiny_model_dir(tmp_path_factory):
     """A tiny Llama model with a real tokenizer (random weights, float32)."""
     return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama")
+
+
+@pytest.fixture(scope="session")
+def cpu_ops():
+    """torch.ops.llmd_cpu (llmd's C++ CPU ops), built or loaded once, or skip with why."""
+    from llmd.attention.cpu_extension import CpuExtensionUnavailableError, load_cpu_ops
+
+    try:
+        return load_cpu_ops()
+    except CpuExtensionUnavailableError as error:
+        pytest.skip(f"no C++ CPU ops here: {error}")

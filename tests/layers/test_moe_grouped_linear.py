@@ -7,22 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmd.attention.cpu_extension import CpuExtensionUnavailableError, load_cpu_ops
-
 RELATIVE_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 """Largest |op - reference| / max |reference|: float32 differs only in summation order;
 bfloat16 rounds the output once (half an ulp is 2^-9 of a value)."""
 SHAPES = [(8, 20, 33), (6, 64, 64), (5, 17, 100), (4, 768, 1024)]
 """(experts, out_features, in_features): tails of 4-row tiles, 16-row tasks and 16/32-wide
 vectors, exact multiples, and the benchmark's gate/up shape."""
-
-
-@pytest.fixture(scope="module")
-def ops():
-    try:
-        return load_cpu_ops()
-    except CpuExtensionUnavailableError as error:
-        pytest.skip(f"no C++ CPU ops here: {error}")
 
 
 def offsets_of(counts: list[int]) -> torch.Tensor:
@@ -55,22 +45,24 @@ def counts_for(case: str, num_experts: int, num_slots: int, generator) -> list[i
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("num_slots", [1, 7, 64, 300])
 @pytest.mark.parametrize("case", ["random", "one_takes_all"])
-def test_grouped_linear_matches_per_expert_linears(ops, dtype, shape, num_slots, case):
+def test_grouped_linear_matches_per_expert_linears(cpu_ops, dtype, shape, num_slots, case):
     num_experts, out_features, in_features = shape
     generator = torch.Generator().manual_seed(num_slots * 31 + out_features)
     weight = torch.randn(num_experts, out_features, in_features, generator=generator).to(dtype)
     rows = torch.randn(num_slots, in_features, generator=generator).to(dtype)
     counts = counts_for(case, num_experts, num_slots, generator)
     out = torch.full((num_slots, out_features), float("nan"), dtype=dtype)
-    ops.moe_grouped_linear(out, rows, weight, offsets_of(counts))
+    cpu_ops.moe_grouped_linear(out, rows, weight, offsets_of(counts))
     want = reference(rows, weight, counts)
     error = (out.float() - want).abs().max().item()
     assert error <= RELATIVE_TOLERANCE[dtype] * want.abs().max().item(), (error, counts)
 
 
-def test_no_slots_touch_nothing(ops):
+def test_no_slots_touch_nothing(cpu_ops):
     out = torch.empty(0, 8)
-    ops.moe_grouped_linear(out, torch.empty(0, 16), torch.randn(3, 8, 16), offsets_of([0, 0, 0]))
+    cpu_ops.moe_grouped_linear(
+        out, torch.empty(0, 16), torch.randn(3, 8, 16), offsets_of([0, 0, 0])
+    )
     assert out.shape == (0, 8)
 
 
@@ -86,7 +78,7 @@ def test_no_slots_touch_nothing(ops):
         ("rows_dtype", "float32 or bfloat16"),
     ],
 )
-def test_bad_inputs_are_refused_with_what_is_wrong(ops, change, message):
+def test_bad_inputs_are_refused_with_what_is_wrong(cpu_ops, change, message):
     rows, weight = torch.randn(4, 16), torch.randn(3, 8, 16)
     offsets, out = offsets_of([1, 2, 1]), torch.empty(4, 8)
     if change == "offsets_short":
@@ -104,4 +96,4 @@ def test_bad_inputs_are_refused_with_what_is_wrong(ops, change, message):
     if change == "rows_dtype":
         rows, weight, out = rows.half(), weight.half(), out.half()
     with pytest.raises(RuntimeError, match=message):
-        ops.moe_grouped_linear(out, rows, weight, offsets)
+        cpu_ops.moe_grouped_linear(out, rows, weight, offsets)

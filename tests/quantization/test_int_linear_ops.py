@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from llmd.attention.cpu_extension import CpuExtensionUnavailableError, load_cpu_ops
 from llmd.layers.kernel_config import KernelConfig
 from llmd.quantization.grouped_weight import GroupedIntWeight
 from llmd.quantization.int4_linear import Int4Linear, int4_reference, pack_int4, unpack_int4
@@ -20,14 +19,6 @@ RELATIVE_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 """Largest |op - reference| / max |reference|: float32 differs only in summation order;
 bfloat16 rounds the output once (half an ulp is 2^-9 of a value)."""
 CPU_OPS = KernelConfig(use_cpu_ops=True)
-
-
-@pytest.fixture(scope="module")
-def ops():
-    try:
-        return load_cpu_ops()
-    except CpuExtensionUnavailableError as error:
-        pytest.skip(f"no C++ CPU ops here: {error}")
 
 
 def grouped_weight(
@@ -66,13 +57,15 @@ def assert_close(got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("num_rows", ROW_COUNTS)
 @pytest.mark.parametrize("out_features, in_features", [(37, 101), (64, 576), (5, 16)])
-def test_int8_linear_op_matches_reference(ops, dtype, num_rows, out_features, in_features):
+def test_int8_linear_op_matches_reference(cpu_ops, dtype, num_rows, out_features, in_features):
     weight = grouped_weight(out_features, in_features, 8, in_features)
     bias = torch.randn(out_features) if out_features != 5 else None
     hidden = rows(num_rows, in_features, dtype)
     out = torch.full((num_rows, out_features), float("nan"), dtype=dtype)
     scales = weight.scales.reshape(-1).contiguous()
-    ops.int8_linear(out, hidden, weight.values, scales, None if bias is None else bias.to(dtype))
+    cpu_ops.int8_linear(
+        out, hidden, weight.values, scales, None if bias is None else bias.to(dtype)
+    )
     bias_ref = None if bias is None else bias.to(dtype).float()
     expected = F.linear(hidden.float(), weight.dequantize(), bias_ref)
     assert_close(out, expected, dtype)
@@ -90,50 +83,50 @@ def test_int8_linear_op_matches_reference(ops, dtype, num_rows, out_features, in
     ],
 )
 def test_int4_linear_op_matches_reference(
-    ops, dtype, num_rows, out_features, in_features, group_size, has_zero_points
+    cpu_ops, dtype, num_rows, out_features, in_features, group_size, has_zero_points
 ):
     weight = grouped_weight(out_features, in_features, 4, group_size, has_zero_points)
     bias = torch.randn(out_features)
     layer = Int4Linear(weight, bias, dtype)  # llmd's packing and [G, N_pad] scales
     hidden = rows(num_rows, in_features, dtype)
     out = torch.full((num_rows, out_features), float("nan"), dtype=dtype)
-    ops.int4_linear(
+    cpu_ops.int4_linear(
         out, hidden, layer.packed_weight, layer.scales, layer.zero_points, group_size, layer.bias
     )
     assert_close(out, F.linear(hidden.float(), weight.dequantize(), layer.bias.float()), dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_dequantize_ops_give_the_reference_weight(ops, dtype):
+def test_dequantize_ops_give_the_reference_weight(cpu_ops, dtype):
     int8 = grouped_weight(37, 101, 8, 101)
     dense = torch.empty(37, 101, dtype=dtype)
-    ops.int8_dequantize(dense, int8.values, int8.scales.reshape(-1).contiguous())
+    cpu_ops.int8_dequantize(dense, int8.values, int8.scales.reshape(-1).contiguous())
     assert torch.equal(dense, int8.dequantize().to(dtype))
     int4 = grouped_weight(37, 101, 4, 32, has_zero_points=True)
     layer = Int4Linear(int4, None, dtype)
     dense_t = torch.empty(101, 64, dtype=dtype)  # [K, N padded to 32s]
-    ops.int4_dequantize(dense_t, layer.packed_weight, layer.scales, layer.zero_points, 32)
+    cpu_ops.int4_dequantize(dense_t, layer.packed_weight, layer.scales, layer.zero_points, 32)
     assert torch.equal(dense_t[:, :37], int4.dequantize().t().to(dtype))
     assert torch.equal(dense_t[:, 37:], torch.zeros(101, 27, dtype=dtype))  # padded rows
 
 
-def test_ops_refuse_mismatched_operands_by_name(ops):
+def test_ops_refuse_mismatched_operands_by_name(cpu_ops):
     weight = grouped_weight(16, 64, 8, 64)
     scales = weight.scales.reshape(-1).contiguous()
     out = torch.empty(2, 16)
     with pytest.raises(RuntimeError, match="in_features 64"):
-        ops.int8_linear(out, torch.randn(2, 63), weight.values, scales, None)
+        cpu_ops.int8_linear(out, torch.randn(2, 63), weight.values, scales, None)
     with pytest.raises(RuntimeError, match="scales must be"):
-        ops.int8_linear(out, torch.randn(2, 64), weight.values, scales.double(), None)
+        cpu_ops.int8_linear(out, torch.randn(2, 64), weight.values, scales.double(), None)
     with pytest.raises(RuntimeError, match="out must be"):
-        ops.int8_linear(torch.empty(2, 16, dtype=torch.bfloat16), torch.randn(2, 64),
+        cpu_ops.int8_linear(torch.empty(2, 16, dtype=torch.bfloat16), torch.randn(2, 64),
                         weight.values, scales, None)  # fmt: skip
     layer = Int4Linear(grouped_weight(16, 64, 4, 32), None, torch.float32)
     with pytest.raises(RuntimeError, match="scales must be"):
-        ops.int4_linear(out, torch.randn(2, 64), layer.packed_weight, layer.scales, None, 16,
+        cpu_ops.int4_linear(out, torch.randn(2, 64), layer.packed_weight, layer.scales, None, 16,
                         None)  # fmt: skip
     with pytest.raises(RuntimeError, match="out's width"):
-        ops.int4_linear(torch.empty(2, 40), torch.randn(2, 64), layer.packed_weight,
+        cpu_ops.int4_linear(torch.empty(2, 40), torch.randn(2, 64), layer.packed_weight,
                         layer.scales, None, 32, None)  # fmt: skip
 
 
@@ -148,7 +141,7 @@ def test_int4_packing_round_trips_and_places_rows_by_block():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("num_rows", [1, CPU_KERNEL_MAX_ROWS, CPU_KERNEL_MAX_ROWS + 1, 70])
-def test_layers_dispatch_to_kernels_or_dense_path(ops, dtype, num_rows):
+def test_layers_dispatch_to_kernels_or_dense_path(cpu_ops, dtype, num_rows):
     int8 = grouped_weight(48, 96, 8, 96)
     int4 = grouped_weight(40, 128, 4, 64, has_zero_points=True)
     bias = torch.randn(48)
@@ -164,7 +157,7 @@ def test_layers_dispatch_to_kernels_or_dense_path(ops, dtype, num_rows):
 
 
 @pytest.mark.parametrize("num_rows", [1, 5, CPU_KERNEL_MAX_ROWS + 3])
-def test_act_order_runs_on_the_cpu_ops(ops, num_rows):
+def test_act_order_runs_on_the_cpu_ops(cpu_ops, num_rows):
     weight = random_weight(40, 128, 4, 32, has_zero_points=True, is_act_order=True)
     layer = Int4Linear(weight, None, torch.float32)
     assert layer.column_order is not None
