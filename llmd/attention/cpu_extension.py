@@ -66,10 +66,19 @@ def cache_root() -> Path:
 
 
 def build_key() -> str:
-    """A hash of the sources, flags, torch version and the CPU's feature flags."""
+    """A hash of the sources, flags, torch version and the CPU's feature flags.
+
+    Raises CpuExtensionUnavailableError naming the file when a source or header cannot be
+    read (an install that lacks it), so callers fall back as for any other build failure.
+    """
     digest = hashlib.sha256()
     for path in SOURCE_PATHS + HEADER_PATHS:
-        digest.update(path.read_bytes())
+        try:
+            digest.update(path.read_bytes())
+        except OSError as error:
+            raise CpuExtensionUnavailableError(
+                f"cannot read {path}: {error.strerror or error}"
+            ) from error
     digest.update(" ".join(COMPILE_FLAGS + LINK_FLAGS).encode())
     digest.update(torch.__version__.encode())
     digest.update(cpu_flags().encode())
