@@ -159,7 +159,8 @@ def format_status(report: StatusReport) -> str:
     if kv["prefix_hit_rate"] is not None:
         kv_line += f"; prefix hit rate {kv['prefix_hit_rate']:.0%}"
     if report.get("kv_cache_dtype"):
-        kv_line += f"; {report['kv_cache_dtype']}, {show(report.get('kv_bytes_per_token'))} B/token"
+        token_bytes = kv_token_text(report.get("kv_bytes_per_token"))
+        kv_line += f"; {report['kv_cache_dtype']}, {token_bytes}"
     lines = [
         f"state     {state}",
         f"model     {show(report['model'])}  ({show(report['dtype'])} on "
@@ -200,9 +201,23 @@ def _weights_line(report: StatusReport) -> str:
     """'awq w4a16-g128, 96.3 MB' or 'dense, 538.1 MB' ('-' for what the daemon did not say)."""
     quantization = report.get("quantization")
     kind = "-" if quantization is None else quantization or "dense"
-    weight_bytes = report.get("weight_bytes")
-    size = "-" if weight_bytes is None else f"{weight_bytes / 1e6:.1f} MB"
-    return f"{kind}, {size}"
+    return f"{kind}, {weight_size_text(report.get('weight_bytes'))}"
+
+
+def weight_size_text(weight_bytes: int | None) -> str:
+    """'96.3 MB' for the loaded weights ('-' when the daemon did not say).
+
+    `llmd status` and top's header both print it, so the two never word a size apart.
+    """
+    return "-" if weight_bytes is None else f"{weight_bytes / 1e6:.1f} MB"
+
+
+def kv_token_text(kv_bytes_per_token: int | None) -> str:
+    """'1024 B/token': the KV cache's bytes per token across all layers ('- B/token' unknown).
+
+    `llmd status` and top's header both print it, so the two never word a size apart.
+    """
+    return f"{'-' if kv_bytes_per_token is None else kv_bytes_per_token} B/token"
 
 
 def _duration(seconds: float | None) -> str:

@@ -111,9 +111,15 @@ speaks vLLM's (its own identity is in /version)."""
 
 
 def _model_card(model: ServedModel) -> dict[str, object]:
+    """OpenAI's model object plus vLLM's `max_model_len` and llmd's weight facts.
+
+    `quantization` (None for dense weights) and `weight_bytes` (None from a daemon that
+    predates it) let a client see what the served weights cost without `llmd status`.
+    """
     return {"id": model.id, "object": "model", "created": model.created, "owned_by": OWNED_BY,
             "max_model_len": model.max_model_len,
-            "quantization": model.quantization or None}  # fmt: skip
+            "quantization": model.quantization or None,
+            "weight_bytes": model.weight_bytes or None}  # fmt: skip
 
 
 async def list_models(request: Request) -> Response:

@@ -26,6 +26,9 @@ class ServedModel:
     """The parser of free-form tool calls the daemon resolved (`--tool-call-parser`)."""
     quantization: str = ""
     """The checkpoint's weight quantization ("" for dense weights)."""
+    weight_bytes: int = 0
+    """Bytes of the loaded weights, quantized codes and scales included (0: the daemon
+    predates the field)."""
 
 
 class HttpContext:
@@ -62,6 +65,7 @@ class HttpContext:
                 int(time.time()),
                 daemon.tool_call_parser or DEFAULT_PARSER,
                 daemon.quantization,
+                daemon.weight_bytes,
             )
         return self._model
 

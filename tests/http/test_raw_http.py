@@ -99,6 +99,11 @@ def test_health_version_and_models(served_http):
     assert version["version"] and version["protocol_version"] >= 1
     models = httpx.get(f"{served_http.v1}/models", timeout=10).json()
     assert models["object"] == "list" and models["data"][0]["owned_by"] == "vllm"
+    with Client(served_http.address) as client:  # the daemon's own figure, over ZeroMQ
+        daemon = client.stats(include_requests=False, include_block_map=False).daemon
+    assert daemon.weight_bytes > 0 and daemon.quantization == ""
+    assert models["data"][0]["weight_bytes"] == daemon.weight_bytes
+    assert models["data"][0]["quantization"] is None
 
 
 def test_disconnect_mid_stream_aborts_and_frees_kv(served_http):

@@ -140,6 +140,7 @@ def busy_wire(step: int, timeline_request_id: str | None = None) -> dict[str, An
             "attention_backend": "torch",
             "max_model_len": 256,
             "num_params": 125248,
+            "weight_bytes": 4 * 125248,  # float32
             "version": "0.1.0",
             "protocol_version": 1,
             "block_size": 16,

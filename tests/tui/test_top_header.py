@@ -38,7 +38,10 @@ async def header_after(size: tuple[int, int], **daemon) -> tuple[list[str], str]
 
 async def test_at_80_columns_the_header_abbreviates_instead_of_cutting():
     lines, _ = await header_after((80, 24))
-    assert lines == ["● live │ tiny-llama │ cpu/fp32 │ up 3m07s │ fcfs 2048 tok/step ≤8 seqs"]
+    assert lines == [
+        "● live │ tiny-llama │ cpu/fp32 │ 0.5 MB, kv 512 B/token │ up 3m07s",
+        "fcfs 2048 tok/step ≤8 seqs",
+    ]
 
 
 @pytest.mark.parametrize("size", [(80, 24), (80, 40)])
@@ -55,8 +58,8 @@ async def test_a_header_too_long_for_one_line_wraps_whole_facts(size):
 async def test_a_wide_header_keeps_the_full_wording_on_one_line():
     lines, _ = await header_after((200, 50), **LONG_MODEL)
     assert lines[0] == (
-        "llmd top │ SmolLM2-360M-Instruct │ cuda/bfloat16 │ up 2h03m │ "
-        "fcfs, budget 8192 tok/step, ≤256 seqs"
+        "llmd top │ SmolLM2-360M-Instruct │ cuda/bfloat16 │ weights 0.5 MB, kv 256 B/token │ "
+        "up 2h03m │ fcfs, budget 8192 tok/step, ≤256 seqs"
     )
     assert lines[1].startswith("ipc://") and lines[1].endswith("● live")
 
@@ -67,7 +70,7 @@ async def test_a_kv_cache_in_another_dtype_is_named_next_to_the_models(size):
     header = " │ ".join(lines)
     assert ("cpu/bf16 kv fp8" if size[0] == 80 else "cpu/bfloat16 kv fp8") in header
     same, _ = await header_after(size, kv_cache_dtype="float32")
-    assert " kv " not in " │ ".join(same)  # the model's own dtype goes unsaid
+    assert ("cpu/fp32 │" if size[0] == 80 else "cpu/float32 │") in " │ ".join(same)  # unsaid
 
 
 async def test_a_quantized_model_shows_its_scheme_next_to_the_dtype():
@@ -75,3 +78,25 @@ async def test_a_quantized_model_shows_its_scheme_next_to_the_dtype():
     assert "cpu/bf16 w4a16-g128" in " │ ".join(lines)
     dense, _ = await header_after((80, 24), quantization="")
     assert "cpu/fp32 │" in " │ ".join(dense)
+
+
+@pytest.mark.parametrize(("size", "sizes"), [
+    ((80, 24), "96.3 MB, kv 128 B/token"),
+    ((200, 50), "weights 96.3 MB, kv 128 B/token"),
+])  # fmt: skip
+async def test_the_header_shows_the_weight_bytes_and_the_kv_bytes_per_token(size, sizes):
+    """2 layers x 2 kv heads x head dim 16 x (key + value) x 1 byte of fp8 = 128 B/token."""
+    lines, _ = await header_after(
+        size, dtype="bfloat16", kv_cache_dtype="float8_e4m3fn",
+        quantization="awq w4a16-g128", weight_bytes=96_300_000,
+    )  # fmt: skip
+    header = " │ ".join(lines)
+    assert f" │ {sizes} │ " in header
+    assert all(len(line) <= size[0] - 1 and "…" not in line for line in lines)
+
+
+async def test_a_daemon_that_predates_weight_bytes_shows_only_the_kv_bytes():
+    """2 layers x 2 kv heads x head dim 16 x (key + value) x 4 bytes of fp32 = 512 B/token."""
+    lines, _ = await header_after((80, 24), weight_bytes=0)
+    header = " │ ".join(lines)
+    assert "cpu/fp32 │ kv 512 B/token │ " in header and " MB" not in header

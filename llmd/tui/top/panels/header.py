@@ -1,4 +1,4 @@
-"""The top line(s): which daemon, its model and device, uptime, policy and the link state."""
+"""The top line(s): which daemon, its model, device and sizes, uptime, policy, the link state."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
+from llmd.client.status_report import kv_token_text, weight_size_text
 from llmd.protocol.stats_snapshot import DaemonSection
 from llmd.tui.formatting import MISSING, fmt_uptime, truncate
 from llmd.tui.top.panels.base import Panel, join_lines
@@ -44,7 +45,8 @@ SEPARATOR = " │ "
 
 
 def facts_of(header: DaemonSection, is_compact: bool) -> list[str]:
-    """Model name, device/dtype, uptime and policy (dtype and policy abbreviated if compact)."""
+    """Model name, device/dtype, memory sizes, uptime and policy (dtype and policy
+    abbreviated if compact)."""
     model = header.model or MISSING
     dtype = header.dtype or MISSING
     if is_compact:
@@ -57,9 +59,23 @@ def facts_of(header: DaemonSection, is_compact: bool) -> list[str]:
     return [
         model.rstrip("/").rsplit("/", 1)[-1],  # the name, not where it lives on disk
         f"{header.device or MISSING}/{dtype}",
+        sizes_text(header, is_compact),
         f"up {fmt_uptime(header.uptime_s)}",
         policy_text(header, is_compact),
     ]
+
+
+def sizes_text(header: DaemonSection, is_compact: bool = False) -> str:
+    """'weights 96.3 MB, kv 1024 B/token' ('96.3 MB, kv 1024 B/token' compact; the weights
+    left out where the daemon did not say).
+
+    Worded by the functions `llmd status` prints with, so the two screens agree.
+    """
+    kv = f"kv {kv_token_text(header.kv_token_bytes)}"
+    if not header.weight_bytes:
+        return kv
+    weights = weight_size_text(header.weight_bytes)
+    return f"{weights}, {kv}" if is_compact else f"weights {weights}, {kv}"
 
 
 def flow(items: list[Text], width: int) -> list[Text]:
@@ -78,7 +94,7 @@ def flow(items: list[Text], width: int) -> list[Text]:
 
 
 class HeaderPanel(Panel):
-    """Model, device, dtype, address, uptime, scheduling policy, token budget, link state.
+    """Model, device, dtype, sizes, address, uptime, scheduling policy, token budget, link state.
 
     The facts abbreviate, then wrap onto a second line, before anything is cut.
     """
