@@ -14,7 +14,7 @@ from llmd.errors import InvalidParameterError, require
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "fp8", "fp8_e4m3")
-QUANTIZATIONS = ("auto", "compressed-tensors", "awq", "gptq", "dequantize")
+QUANTIZATIONS = ("auto", "compressed-tensors", "awq", "gptq", "fp8", "dequantize")
 DEVICES = ("auto", "cpu", "cuda")
 POLICIES = ("fcfs", "priority")
 ATTENTION_BACKENDS = ("auto", "cpu", "torch", "triton")
@@ -47,8 +47,9 @@ class EngineConfig:
     attention still computes in float32."""
     quantization: str = "auto"
     """Weight quantization: auto (what the checkpoint's quantization_config says), a method
-    the checkpoint must then have (compressed-tensors, awq, gptq), or dequantize (read the
-    quantized weights, then run every linear dense in the model's dtype)."""
+    the checkpoint must then have (compressed-tensors, awq, gptq, fp8: transformers' own
+    FP8 format), or dequantize (read the quantized weights, then run every linear dense in
+    the model's dtype)."""
     block_size: int = 16
     """Tokens per KV-cache block (the paging granularity)."""
     kv_cache_memory_gib: float = 1.0

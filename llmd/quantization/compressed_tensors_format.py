@@ -83,13 +83,16 @@ def read_compressed_tensors(
     )
 
 
-def read_fp8(tensors: ModuleTensors, scheme: WeightScheme) -> Fp8Weight:
-    """An fp8 `weight` with its scales (per tensor, row, group or block), and dense."""
+def read_fp8(
+    tensors: ModuleTensors, scheme: WeightScheme, scale_suffix: str = "weight_scale"
+) -> Fp8Weight:
+    """An fp8 `weight` with its scales `scale_suffix` (per tensor, row, group or block),
+    and dense."""
     weight = tensors.require("weight", (torch.float8_e4m3fn,), tensors.shape)
-    dense = weight.float() * full_scales(tensors, scheme)
+    dense = weight.float() * full_scales(tensors, scheme, scale_suffix)
     row_scales = None
     if scheme.strategy in ("tensor", "channel"):
-        scales = row_group_tensor(tensors, "weight_scale", scheme, FLOAT_SCALE_DTYPES)
+        scales = row_group_tensor(tensors, scale_suffix, scheme, FLOAT_SCALE_DTYPES)
         row_scales = scales.float().reshape(-1).contiguous()
     return Fp8Weight(codes=weight, row_scales=row_scales, dense=dense)
 

@@ -14,7 +14,7 @@ from typing import Any
 from llmd.errors import InvalidParameterError, UnsupportedQuantizationError
 from llmd.quantization.weight_scheme import FLOAT_FORMATS, INT_FORMATS, STRATEGIES, WeightScheme
 
-SUPPORTED_METHODS = ("compressed-tensors", "awq", "gptq")
+SUPPORTED_METHODS = ("compressed-tensors", "awq", "gptq", "fp8")
 """The `quant_method` values llmd loads."""
 LINEAR_TARGET = "Linear"
 """compressed-tensors' class-name target that matches every linear layer."""
@@ -68,6 +68,8 @@ def read_quantization_config(hf_config: Any) -> QuantizationConfig | None:
         return _awq_config(raw)
     if method == "gptq":
         return _gptq_config(raw)
+    if method == "fp8":
+        return _hf_fp8_config(raw)
     raise UnsupportedQuantizationError(
         f"quantization method {method or 'unnamed'!r} (quantization_config.quant_method) is "
         f"not supported; llmd loads {', '.join(SUPPORTED_METHODS)}",
@@ -217,6 +219,59 @@ def _gptq_config(raw: dict[str, Any]) -> QuantizationConfig:
         gptq_zero_offset=1 if checkpoint_format == "gptq" else 0,
     )
     return QuantizationConfig("gptq", (SchemeGroup(("re:.*\\.layers\\.",), scheme),))
+
+
+HF_FP8_DEFAULT_BLOCK = [128, 128]
+"""transformers' `weight_block_size` when the config leaves it out (null: per tensor)."""
+HF_FP8_ACTIVATION_SCHEMES = ("dynamic", "static")
+HF_FP8_ROUTERS = "re:.*\\.mlp\\.gate$"
+"""MoE routers: no `nn.Linear` in transformers, so never converted (llmd's are linears)."""
+
+
+def _hf_fp8_config(raw: dict[str, Any]) -> QuantizationConfig:
+    """transformers' own FP8 (`FineGrainedFP8Config`: Qwen3-*-FP8, DeepSeek-V3)."""
+    scheme_name = str(raw.get("activation_scheme", "dynamic")).lower()
+    if scheme_name not in HF_FP8_ACTIVATION_SCHEMES:
+        raise _refuse("activation_scheme", scheme_name, "'dynamic' or 'static' (per tensor)")
+    for field, default, supported in (("scale_fmt", "float", "float32 scales ('float')"),
+                                      ("expert_dtype", "fp8", "fp8 experts"),
+                                      ("fmt", "e4m3", "float8_e4m3fn ('e4m3')")):  # fmt: skip
+        if raw.get(field, default) != default:
+            raise _refuse(field, raw[field], supported)
+    if raw.get("modules_to_convert"):
+        raise _refuse("modules_to_convert", raw["modules_to_convert"], "fp8 linears only")
+    block = raw.get("weight_block_size", HF_FP8_DEFAULT_BLOCK)
+    if block is not None and not (
+        isinstance(block, (list, tuple)) and len(block) == 2
+        and all(isinstance(size, int) and size > 0 for size in block)
+    ):  # fmt: skip
+        raise _refuse("weight_block_size", block, "[rows, columns] of positive sizes or null")
+    scheme = WeightScheme(
+        method="fp8",
+        format="fp8",
+        num_bits=8,
+        is_float=True,
+        strategy="tensor" if block is None else "block",
+        block_structure=None if block is None else (int(block[0]), int(block[1])),
+        quantizes_activations=True,
+    )
+    skipped = raw.get("modules_to_not_convert", raw.get("ignored_layers"))
+    if skipped is None:
+        skipped = ["lm_head"]  # transformers keeps the output head dense by default
+    ignore = tuple(_hf_skip_target(str(name)) for name in skipped)
+    return QuantizationConfig("fp8", (SchemeGroup((LINEAR_TARGET,), scheme),),
+                              (*ignore, HF_FP8_ROUTERS))  # fmt: skip
+
+
+def _hf_skip_target(pattern: str) -> str:
+    """transformers' `modules_to_not_convert` rule as a "re:" target: the pattern as a regex
+    from the start, up to a module boundary, or the name's literal suffix."""
+    target = f"(?:(?:{pattern})(?:(?<=\\.)|(?=\\.|$))|.*{re.escape(pattern)}$)"
+    try:
+        re.compile(target)
+    except re.error as error:
+        raise _refuse("modules_to_not_convert", pattern, f"regular expressions ({error})") from None
+    return f"re:{target}"
 
 
 def _group_size(value: Any) -> int:

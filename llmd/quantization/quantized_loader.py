@@ -4,7 +4,10 @@ It works around the ordinary weight loader rather than inside it: on the meta mo
 swaps each quantized `nn.Linear` for a `LinearSlot` (so no dense weight is allocated), it
 takes the quantized tensors out of the checkpoint stream (everything else, biases
 included, loads as before), and once the stream ends it reads each slot's shards and
-installs the layer `build_linear` chose. The models themselves know nothing of it.
+installs the layer `build_linear` chose. The models themselves know nothing of it. MoE
+experts are no linears but slices of stacked parameters: their quantized tensors are held
+the same way and, once the stream ends, passed on as dequantized float32 weights, so the
+experts load dense.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ import torch
 from torch import nn
 
 from llmd.errors import UnsupportedQuantizationError
-from llmd.models.weights import FUSED_SHARDS, fused_output_sizes
-from llmd.quantization import awq_format, compressed_tensors_format, gptq_format
+from llmd.models.weights import EXPERT_WEIGHT, FUSED_SHARDS, fused_output_sizes
+from llmd.quantization import awq_format, compressed_tensors_format, gptq_format, hf_fp8_format
 from llmd.quantization.linear_builder import DENSE, Shard, build_linear, dense_weight
 from llmd.quantization.linear_slot import LinearSlot
 from llmd.quantization.module_tensors import ModuleTensors
@@ -54,6 +57,13 @@ class QuantizedLoader:
         self.suffixes = set(_suffixes(config.method))
         self.kinds: Counter[str] = Counter()
         """How many linears got each kind of layer ("int4", "int8", "dense")."""
+        self.expert_shapes: dict[str, tuple[int, int]] = {}
+        """llmd name of a stacked expert parameter ("...experts.gate_up_proj") -> the
+        (out, in) shape of one expert's HF projection in it."""
+        self.checkpoint_name = lambda name: name
+        """The model's renaming of checkpoint tensors (Mixtral's experts)."""
+        self.dense_experts: list[str] = []
+        """Quantized expert projections (HF module names), read back as a dense `.weight`."""
 
     def place_slots(self, model: nn.Module) -> int:
         """Swap every quantized `nn.Linear` of the meta-built `model` for a slot; how many."""
@@ -62,6 +72,12 @@ class QuantizedLoader:
             for name, module in model.named_modules()
             if isinstance(module, nn.Linear)
         ]
+        self.checkpoint_name = getattr(model, "checkpoint_name", self.checkpoint_name)
+        for name, param in model.named_parameters():
+            if name.endswith(("experts.gate_up_proj", "experts.down_proj")) and param.dim() == 3:
+                rows, cols = param.shape[1:]  # gate_up [E, 2I, H], down [E, H, I]
+                is_gate_up = name.endswith("gate_up_proj")
+                self.expert_shapes[name] = (rows // 2, cols) if is_gate_up else (rows, cols)
         num_slots = 0
         for name, linear in linears:
             parent_name, _, child_name = name.rpartition(".")
@@ -101,6 +117,8 @@ class QuantizedLoader:
         for name, tensor in weights:
             module, _, suffix = name.rpartition(".")
             entry = self.tensors.get(module)
+            if entry is None and suffix in self.suffixes:
+                entry = self._quantized_expert(module)
             if entry is not None and suffix in self.suffixes:
                 entry.by_suffix[suffix] = tensor
                 continue
@@ -108,6 +126,25 @@ class QuantizedLoader:
         for name in self.dense_heads:
             self.kinds[DENSE] += 1
             yield f"{name}.weight", dense_weight(self.read(name))
+        for name in self.dense_experts:
+            yield f"{name}.weight", dense_weight(self.read(name))
+            self.tensors[name].by_suffix.clear()
+
+    def _quantized_expert(self, hf_module: str) -> ModuleTensors | None:
+        """A new entry for `hf_module` if it is a routed expert's projection the config
+        quantizes, else None (its tensors load as they are)."""
+        expert = EXPERT_WEIGHT.match(self.checkpoint_name(f"{hf_module}.weight"))
+        if expert is None:
+            return None
+        stacked = "down_proj" if expert[3] == "down_proj" else "gate_up_proj"
+        shape = self.expert_shapes.get(f"{expert[1]}.{stacked}")
+        scheme = self.config.scheme_for(hf_module)
+        if shape is None or scheme is None:
+            return None
+        self.tensors[hf_module] = ModuleTensors(hf_module, shape)
+        self.schemes[hf_module] = scheme
+        self.dense_experts.append(hf_module)
+        return self.tensors[hf_module]
 
     def read(self, hf_name: str) -> Shard:
         """One HF module's weight from its intercepted tensors (raising naming a bad one)."""
@@ -116,6 +153,8 @@ class QuantizedLoader:
             return awq_format.read_awq(entry, scheme)
         if scheme.method == "gptq":
             return gptq_format.read_gptq(entry, scheme)
+        if scheme.method == "fp8":
+            return hf_fp8_format.read_hf_fp8(entry, scheme)
         return compressed_tensors_format.read_compressed_tensors(entry, scheme)
 
     def install(self, model: nn.Module, dtype: torch.dtype, device: torch.device) -> None:
@@ -136,6 +175,12 @@ class QuantizedLoader:
                 self.tensors[hf_name].by_suffix.clear()  # the layer holds its own copies
         summary = ", ".join(f"{count} {kind}" for kind, count in sorted(self.kinds.items()))
         logger.info("quantized weights (%s): linears %s", self.config.name, summary)
+        if self.dense_experts:
+            logger.info(
+                "%d quantized expert projections were dequantized at load: llmd has no "
+                "quantized MoE kernel yet, so the experts cost dense memory and time",
+                len(self.dense_experts),
+            )
         if self.kinds[DENSE]:
             logger.info(
                 "%d quantized linears were dequantized to %s at load (fp8 weights, other "
@@ -156,4 +201,6 @@ def _suffixes(method: str) -> tuple[str, ...]:
         return awq_format.TENSOR_SUFFIXES
     if method == "gptq":
         return gptq_format.TENSOR_SUFFIXES
+    if method == "fp8":
+        return hf_fp8_format.TENSOR_SUFFIXES
     return compressed_tensors_format.TENSOR_SUFFIXES

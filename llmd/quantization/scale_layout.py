@@ -40,15 +40,18 @@ def row_group_tensor(
     return tensor
 
 
-def full_scales(tensors: ModuleTensors, scheme: WeightScheme) -> torch.Tensor:
-    """`weight_scale` expanded to [N, K] float32 (blocks included): for dequantizing."""
+def full_scales(
+    tensors: ModuleTensors, scheme: WeightScheme, suffix: str = "weight_scale"
+) -> torch.Tensor:
+    """The scales `suffix` expanded to [N, K] float32 (blocks included, edge blocks cut
+    short): for dequantizing."""
     out_features, in_features = tensors.shape
     if scheme.strategy == "block" and scheme.block_structure is not None:
         block_rows, block_cols = scheme.block_structure
         expected = (-(-out_features // block_rows), -(-in_features // block_cols))
-        scale = tensors.require("weight_scale", FLOAT_SCALE_DTYPES, expected).float()
+        scale = tensors.require(suffix, FLOAT_SCALE_DTYPES, expected).float()
         rows = scale.repeat_interleave(block_rows, dim=0)[:out_features]
         return rows.repeat_interleave(block_cols, dim=1)[:, :in_features]
-    scale = row_group_tensor(tensors, "weight_scale", scheme, FLOAT_SCALE_DTYPES).float()
+    scale = row_group_tensor(tensors, suffix, scheme, FLOAT_SCALE_DTYPES).float()
     columns_per_scale = scheme.group_size if scheme.strategy == "group" else in_features
     return scale.repeat_interleave(columns_per_scale or in_features, dim=1)[:, :in_features]

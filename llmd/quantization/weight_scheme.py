@@ -1,8 +1,8 @@
 """`WeightScheme`: how one group of a checkpoint's linear weights is quantized and stored.
 
-Every supported method (compressed-tensors, AWQ, GPTQ) is read into this one value, so
-the tensor readers and the layer builder switch on a few named fields, never on the
-method's own config keys.
+Every supported method (compressed-tensors, AWQ, GPTQ, transformers' FP8) is read into
+this one value, so the tensor readers and the layer builder switch on a few named fields,
+never on the method's own config keys.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ class WeightScheme:
     """One quantization scheme of linear weights, with the on-disk format it is read from."""
 
     method: str
-    """"compressed-tensors", "awq" or "gptq"."""
+    """"compressed-tensors", "awq", "gptq" or "fp8" (transformers' own format)."""
     format: str
-    """The tensor layout: a compressed-tensors format name, "awq-gemm" or "gptq"."""
+    """The tensor layout: a compressed-tensors format name, "awq-gemm", "gptq" or "fp8"."""
     num_bits: int
     is_float: bool = False
     """fp8 (e4m3) weights rather than integers."""
@@ -45,9 +45,10 @@ class WeightScheme:
 
     @property
     def name(self) -> str:
-        """A short name for logs and status: e.g. "w4a16-g128", "w8a16", "fp8-block"."""
+        """A short name for logs and status: e.g. "w4a16-g128", "w8a16", "fp8-block128x128"."""
         if self.is_float:
-            return "fp8" if self.strategy == "tensor" else f"fp8-{self.strategy}"
+            block = "x".join(map(str, self.block_structure or ()))
+            return "fp8" if self.strategy == "tensor" else f"fp8-{self.strategy}{block}"
         activations = "a8" if self.quantizes_activations else "a16"
         group = f"-g{self.group_size}" if self.strategy == "group" else ""
         return f"w{self.num_bits}{activations}{group}"
