@@ -284,22 +284,21 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 def run_quantized(args, source: Path, workload, engine_options: dict, limits: dict) -> list[dict]:
-    """`--quantized`: each checkpoint against `source` (median tok/s of --repeats runs)."""
+    """`--quantized`: each checkpoint against `source`, in --repeats alternating rounds."""
     from llmd.bench import cpu_limits
     from llmd.bench.quantized_comparison import compare_quantized
 
-    def median_tok_s(path: Path) -> float:
-        rates = []
-        for _ in range(max(1, args.repeats)):
-            seconds, num_tokens = run_llmd(path, workload, engine_options)
-            rates.append(num_tokens / seconds)
-        return statistics.median(rates)
+    def tok_s(path: Path) -> float:
+        seconds, num_tokens = run_llmd(path, workload, engine_options)
+        return num_tokens / seconds
 
     copy_gbps = limits.get("copy_gbps")
     if copy_gbps is None and resolve_device_and_dtype(args)[0] == "cpu":
         copy_gbps = cpu_limits.copy_bandwidth_gbps()
     print("\nquantized checkpoints against the source (llmd, same workload):", flush=True)
-    return compare_quantized(source, args.quantized, median_tok_s, engine_options, copy_gbps)
+    return compare_quantized(
+        source, args.quantized, tok_s, engine_options, copy_gbps, num_rounds=args.repeats
+    )
 
 
 def measure_cpu_limits(path: Path, shape: dict, engine_options: dict) -> dict:

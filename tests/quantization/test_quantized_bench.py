@@ -38,3 +38,32 @@ def test_a_row_reads_as_one_line():
         "w4: awq w4a16-g128, 96.3 MB; 150.0 output tok/s (1.50x); decode step 8.00 ms "
         "(1.62x) (weights at copy bandwidth 4.80 ms)"
     )
+
+
+def test_rounds_alternate_the_checkpoints_and_pair_the_ratios(monkeypatch, tmp_path):
+    from llmd.bench import quantized_comparison
+
+    source, quantized = tmp_path / "source", tmp_path / "w8"
+    # Per round: the source's and the quantized step (ms); the machine slows in round 2.
+    steps = iter([10.0, 5.0, 30.0, 20.0, 12.0, 6.0])
+    facts = {"quantization": "dense", "weight_bytes": 100}
+    monkeypatch.setattr(
+        quantized_comparison, "decode_step_ms", lambda path, _: (next(steps), facts)
+    )
+    order = []
+    rates = {source: iter([100.0, 50.0, 90.0]), quantized: iter([150.0, 100.0, 99.0])}
+
+    def run_workload(path):
+        order.append(path)
+        return next(rates[path])
+
+    rows = quantized_comparison.compare_quantized(
+        source, [quantized], run_workload, {}, copy_gbps=None, num_rounds=3
+    )
+    assert order == [source, quantized] * 3
+    # Paired ratios 2.0, 1.5, 2.0 -> 2.0; the ratio of the medians would be 12 / 6 = 2.0 too,
+    # so the tok/s pairs tell them apart: 1.5, 2.0, 1.1 -> 1.5 against 100 / 90 = 1.11.
+    assert rows[1]["decode_speedup"] == 2.0
+    assert rows[1]["speedup"] == 1.5
+    assert rows[0]["speedup"] == 1.0 and rows[0]["decode_step_ms"] == 12.0
+    assert [run["decode_step_ms"] for run in rows[1]["rounds"]] == [5.0, 20.0, 6.0]
