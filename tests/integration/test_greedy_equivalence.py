@@ -159,12 +159,19 @@ def check_bf16_tokens(
         )
 
 
-def _check_against_hf(path, hf_dtype: torch.dtype, seed: int, **llm_kwargs) -> LLM:
-    """llmd's greedy tokens on seeded prompts, held to the bf16 rule against HF in `hf_dtype`."""
+def _check_against_hf(
+    path, hf_dtype: torch.dtype, seed: int, hf_attention: str = "sdpa", **llm_kwargs
+) -> LLM:
+    """llmd's greedy tokens on seeded prompts, held to the bf16 rule against HF in `hf_dtype`
+    (and its fp32 reference) running the attention implementation `hf_attention`."""
     from transformers import AutoModelForCausalLM
 
-    hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=hf_dtype).eval()
-    reference = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    hf_model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=hf_dtype, attn_implementation=hf_attention
+    ).eval()
+    reference = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation=hf_attention
+    ).eval()
     generator = torch.Generator().manual_seed(seed)
     prompts = [
         torch.randint(3, hf_model.config.vocab_size, (n,), generator=generator).tolist()
@@ -215,16 +222,37 @@ def test_a_bfloat16_kv_cache_under_float32_matches_hf_float32(arch, tmp_path):
     assert caches and all(cache.dtype == torch.bfloat16 for cache in caches)
 
 
+def register_fp8_kv_attention() -> str:
+    """The name of HF's sdpa attention on keys and values rounded to e4m3 with scale 1.0
+    (saturating at 448, as llmd's fp8 cache stores them): the reference of an fp8 cache."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def fp8_kv_sdpa(module, query, key, value, *args, **kwargs):
+        key, value = (
+            tensor.clamp(-448, 448).to(torch.float8_e4m3fn).to(tensor.dtype)
+            for tensor in (key, value)
+        )
+        return sdpa_attention_forward(module, query, key, value, *args, **kwargs)
+
+    AttentionInterface.register("llmd_fp8_kv_sdpa", fp8_kv_sdpa)
+    return "llmd_fp8_kv_sdpa"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
 @pytest.mark.parametrize("model_dtype", [torch.float32, torch.bfloat16])
-def test_an_fp8_kv_cache_matches_hf_under_the_bf16_rule(model_dtype, tmp_path):
+def test_an_fp8_kv_cache_matches_hf_under_the_bf16_rule(model_dtype, arch, tmp_path):
     """kv_cache_dtype=fp8 (e4m3, scales 1.0; cpu backend): K/V quantized to 3 mantissa
-    bits, everything else in the model's dtype; greedy tokens still held to the bf16 rule
-    against HF in that dtype, and the cache holds 4x (fp32) or 2x (bf16) the blocks."""
-    path = make_tiny_model(tmp_path, "llama")
+    bits, everything else in the model's dtype; greedy tokens held to the bf16 rule against
+    HF in that dtype with its K/V rounded the same way (unrounded HF parted from Qwen3 in
+    bf16 at a 0.15 logit gap, which rounded HF reproduced token for token), and the cache
+    holds 4x (fp32) or 2x (bf16) the blocks."""
+    path = make_tiny_model(tmp_path, arch)
     name = str(model_dtype).removeprefix("torch.")
     llm = _check_against_hf(
-        path, model_dtype, 5, dtype=name, kv_cache_dtype="fp8", attention_backend="cpu"
-    )
+        path, model_dtype, 5, hf_attention=register_fp8_kv_attention(), dtype=name,
+        kv_cache_dtype="fp8", attention_backend="cpu",
+    )  # fmt: skip
     caches = [cache for pair in llm.engine.runner.kv_caches for cache in pair]
     assert caches and all(cache.dtype == torch.float8_e4m3fn for cache in caches)
     full = LLM(str(path), device="cpu", dtype=name, kv_cache_memory_gib=0.01)

@@ -165,17 +165,15 @@ the same weights; W8A8 ones quantize HF's activations too (llmd's CPU kernels do
 which moved the tiny models' logits by up to 0.24."""
 
 
-@requires_compressed_tensors
-@pytest.mark.parametrize("recipe", HF_LOADABLE)
-def test_greedy_tokens_match_transformers_on_the_same_checkpoint(tmp_path, recipe):
-    quantized, _ = write_quantized_pair(tmp_path, "llama", recipe)
+def check_greedy_tokens_against_hf(quantized, near_tie: float, num_steps: int = 8) -> None:
+    """Greedy-decode the checkpoint with llmd and with HF transformers side by side, held to
+    the near-tie rule, so that llmd is judged against the library that defines the format."""
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(
         quantized, attn_implementation="eager", dtype=torch.float32
     ).eval()
     model, hf_config = load_llmd(quantized)
-    near_tie = NEAR_TIE["activations" if RECIPES[recipe].has_input_activations else "weight-only"]
     token_ids = prompt(2)
-    for _ in range(8):
+    for _ in range(num_steps):
         ours = int(llmd_logits(model, hf_config, token_ids, torch.float32)[-1].argmax())
         with torch.no_grad():
             theirs_logits = hf_model(torch.tensor([token_ids])).logits[0, -1]
@@ -184,6 +182,15 @@ def test_greedy_tokens_match_transformers_on_the_same_checkpoint(tmp_path, recip
             assert theirs_logits[theirs] - theirs_logits[ours] < near_tie
             break
         token_ids.append(ours)
+
+
+@requires_compressed_tensors
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("recipe", HF_LOADABLE)
+def test_greedy_tokens_match_transformers_on_the_same_checkpoint(tmp_path, recipe, arch):
+    quantized, _ = write_quantized_pair(tmp_path, arch, recipe)
+    near_tie = NEAR_TIE["activations" if RECIPES[recipe].has_input_activations else "weight-only"]
+    check_greedy_tokens_against_hf(quantized, near_tie)
 
 
 @requires_compressed_tensors
