@@ -91,12 +91,11 @@ class Speculator:
         """A batch proposer's drafts for the step being scheduled, by request id."""
 
     def can_speculate(self, request: Request) -> bool:
-        """Whether the request may draft: opted in, no penalties and no grammar (their state
-        would have to advance along the draft), and its last token already known."""
+        """Whether the request may draft: opted in, no grammar (its state would have to
+        advance along the draft), and its last token already known."""
         params = request.sampling_params
         return (
             params.can_speculate
-            and not params.has_penalties
             and params.structured_outputs is None
             and request.grammar is None
             and request.all_token_ids[-1] != PENDING_TOKEN_ID

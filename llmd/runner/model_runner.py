@@ -353,7 +353,9 @@ class ModelRunner:
             penalties = sampling_batch.penalties
             if penalties is not None and penalties.count_slots is not None:
                 self.sampling_state.record_sampled(
-                    penalties.count_slots, sample.token_ids[penalties.row_indices]
+                    penalties.count_slots,
+                    sample.token_ids[penalties.row_indices],
+                    penalties.kept_weights(sample.token_ids),
                 )
         except Exception:
             # A half-applied step leaves no trusted row state: rebuild it next step.

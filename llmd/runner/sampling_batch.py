@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from llmd.runner.host_transfer import to_device
+from llmd.runner.verify_penalties import VerifyPenaltyRows, kept_row_weights
 from llmd.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -68,6 +69,14 @@ class PenaltyTensors:
     count_slots: torch.Tensor | None = None
     """[num_penalized] int64: rows of `SamplingState.output_counts` to add the sampled
     tokens to after this step; None when counts were rebuilt from the histories."""
+    verify_rows: VerifyPenaltyRows | None = None
+    """Where penalized verify chunks put their rows; None when the step verifies none."""
+
+    def kept_weights(self, sampled_ids: torch.Tensor) -> torch.Tensor | None:
+        """[num_penalized] float32: 1 for rows whose sample is output (None: every row's)."""
+        if self.verify_rows is None:
+            return None
+        return kept_row_weights(self.verify_rows, sampled_ids, self.row_indices.shape[0])
 
 
 @dataclass

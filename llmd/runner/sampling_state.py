@@ -73,10 +73,17 @@ class SamplingState:
             slots.append(slot)
         return to_device(slots, torch.int64, self.device)
 
-    def record_sampled(self, slots: torch.Tensor, token_ids: torch.Tensor) -> None:
-        """Add one sampled token per row to its count row, on the device (no host sync)."""
-        ones = torch.ones(slots.shape[0], dtype=torch.float32, device=self.device)
-        self.output_counts.index_put_((slots, token_ids), ones, accumulate=True)
+    def record_sampled(
+        self, slots: torch.Tensor, token_ids: torch.Tensor, weights: torch.Tensor | None = None
+    ) -> None:
+        """Add each row's sampled token to its count row, on the device (no host sync).
+
+        `weights` ([rows] float32, 0 or 1) leave out a verify step's rejected samples;
+        None counts every row.
+        """
+        if weights is None:
+            weights = torch.ones(slots.shape[0], dtype=torch.float32, device=self.device)
+        self.output_counts.index_put_((slots, token_ids), weights, accumulate=True)
 
     def release(self, request_ids: Iterable[str]) -> None:
         """Forget the given finished requests (ids without state are ignored)."""

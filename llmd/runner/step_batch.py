@@ -24,6 +24,7 @@ from llmd.runner.persistent_batch import PersistentBatch
 from llmd.runner.prompt_logprobs import PromptLogprobSpan, prompt_logprob_span
 from llmd.runner.sampling_batch import SamplingBatch, build_sampling_batch, greedy_sampling_batch
 from llmd.runner.sampling_state import SamplingState
+from llmd.runner.verify_penalties import add_preceding_drafts, verify_penalty_rows
 
 
 def build_step_batch(
@@ -262,7 +263,8 @@ def build_step_sampling_batch(
     an argmax; only then are parameters packed, from the requests' kept state, each row's
     output count set to what it has before this step's sample. `draft_chunks` name the
     verify chunk of each row after those (`InputBatch.draft_request_indices`): such a row
-    samples the output at its position, with that output's seed and min_tokens rule.
+    samples the output at its position, with that output's seed and min_tokens rule, and
+    its penalties count the drafts before that position as outputs.
     """
     special = persistent.sampled_request_ids
     if not special or not any(chunk.request_id in special for chunk in chunks):
@@ -281,4 +283,13 @@ def build_step_sampling_batch(
         row = persistent.state_of(chunk.request_id)
         num_before = chunk.num_computed_tokens + 1 + offset - row.num_prompt_tokens
         rows.append(dataclasses.replace(row, num_output_tokens=num_before))
-    return build_sampling_batch(rows, state.vocab_size, state.device, state)
+    batch = build_sampling_batch(rows, state.vocab_size, state.device, state)
+    if batch.penalties is not None and draft_chunks:
+        penalized_rows = [i for i, row in enumerate(rows) if row.sampling_params.has_penalties]
+        verify_rows = verify_penalty_rows(
+            chunks, draft_chunks, penalized_rows, state.vocab_size, state.device
+        )
+        if verify_rows is not None:
+            add_preceding_drafts(batch.penalties.output_token_counts, verify_rows)
+            batch.penalties.verify_rows = verify_rows
+    return batch

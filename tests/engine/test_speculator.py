@@ -157,7 +157,7 @@ def test_a_stop_inside_the_run_ends_the_request_there():
     assert_idle_and_clean(scheduler)
 
 
-def test_opted_out_penalized_and_pending_requests_do_not_draft():
+def test_opted_out_requests_do_not_draft_and_penalized_ones_do():
     scheduler, proposer = make_speculating_scheduler([21, 22, 23])
     opted_out = make_request(num_prompt_tokens=4, max_tokens=20, can_speculate=False)
     penalized = make_request(num_prompt_tokens=4, max_tokens=20, presence_penalty=0.5)
@@ -165,8 +165,11 @@ def test_opted_out_penalized_and_pending_requests_do_not_draft():
         scheduler.add_request(request)
     step(scheduler, 9)
     plan, _ = step(scheduler, 9)
-    assert [chunk.num_new_tokens for chunk in plan.chunks] == [1, 1]
-    assert proposer.asked == []
+    # The runner penalizes each draft position as if the drafts before it were output.
+    assert {chunk.request_id: chunk.num_draft_tokens for chunk in plan.chunks} == {
+        opted_out.request_id: 0, penalized.request_id: 3,
+    }  # fmt: skip
+    assert len(proposer.asked) == 1
     for request in (opted_out, penalized):
         scheduler.finish_request(request.request_id, FinishReason.ABORT)
     assert_idle_and_clean(scheduler)
