@@ -78,6 +78,12 @@ SAMPLING_FLAGS = (
     Flag("stop_token_ids", flag_name="--stop-token-id"),
     Flag("ignore_eos", is_switch=True),
     Flag("logprobs"),
+    Flag(
+        "can_speculate",
+        flag_name="--speculate",
+        help="Let speculative decoding (--speculative-method, here or the daemon's) draft "
+        "tokens for these prompts; --no-speculate opts them out (the output is the same).",
+    ),
 )
 """The sampling flags of `llmd generate`, from SamplingParams."""
 STRUCTURED_FLAGS = (

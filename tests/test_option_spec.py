@@ -73,6 +73,8 @@ def test_sampling_flags_differ_from_the_dataclass_only_where_declared():
     params = pop_sampling_params(_parsed(SAMPLING_OPTIONS, argv))
     assert (params.seed, params.stop, params.stop_token_ids) == (3, ("a", "b"), (7,))
     assert params.temperature == 0.5 and params.ignore_eos
+    assert params.can_speculate is True
+    assert pop_sampling_params(_parsed(SAMPLING_OPTIONS, ["--no-speculate"])).can_speculate is False
 
 
 def test_constraint_flags_build_one_structured_output(tmp_path):

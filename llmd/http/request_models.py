@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from llmd.http.errors import HttpError, bad_request
 from llmd.http.structured_fields import ResponseFormat
@@ -52,6 +52,9 @@ class SamplingFields(BaseModel):
     skip_special_tokens: bool | None = None
     # llmd's extension: each choice's `timings` (phases and why it waited; llmd/http/timings.py).
     return_timings: bool = False
+    # llmd's extension, SamplingParams' own name: false keeps speculative decoding from
+    # drafting for this request (strict: a non-boolean is a 400, not coerced to true or false).
+    can_speculate: StrictBool | None = None
     # Output constraints, OpenAI's and vLLM's (at most one; llmd/http/structured_fields.py).
     response_format: ResponseFormat | None = None
     structured_outputs: dict[str, Any] | None = None

@@ -30,6 +30,7 @@ _PASSED_AS_IS = (
     "ignore_eos",
     "stop_token_ids",
     "skip_special_tokens",
+    "can_speculate",
 )
 
 

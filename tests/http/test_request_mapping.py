@@ -14,6 +14,7 @@ from llmd.http.request_models import ChatCompletionRequest, CompletionRequest, p
 from llmd.http.sampling import chat_params, completion_params
 from llmd.protocol.engine_sections import KVUsage, QueueCounts
 from llmd.protocol.metrics_sections import HistogramData, TotalsSection
+from llmd.sampling_params import SamplingParams
 from tests.protocol.snapshot_samples import sample_snapshot as stats_snapshot
 
 
@@ -24,6 +25,21 @@ def test_completion_fields_map_to_sampling_params():
     )
     params = completion_params(body)
     assert params == {"top_k": 5, "seed": 3, "stop": ["END"], "max_tokens": 16, "logprobs": 2}
+
+
+def test_the_speculation_opt_out_reaches_sampling_params_from_both_endpoints():
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    for model, body, to_params in (
+        (CompletionRequest, {"prompt": "x"}, completion_params),
+        (ChatCompletionRequest, chat, lambda request: chat_params(request, 300)),
+    ):
+        opted_out = to_params(parse_body(model, {**body, "can_speculate": False}))
+        assert SamplingParams.from_dict(opted_out).can_speculate is False
+        assert "can_speculate" not in to_params(parse_body(model, body))  # the default: true
+        for value in ("false", 0):  # a string or a number is not coerced to a boolean
+            with pytest.raises(HttpError) as error:
+                parse_body(model, {**body, "can_speculate": value})
+            assert (error.value.status, error.value.param) == (400, "can_speculate")
 
 
 def test_chat_defaults_to_the_context_and_renames_fields_in_errors():

@@ -1,5 +1,6 @@
 """`llmd serve --speculative-method ngram` (or `draft --draft-model`): the same completions
-as without it, and the speculative-decoding counters on /metrics under vLLM's names."""
+as without it, the speculative-decoding counters on /metrics under vLLM's names, and a
+request's `can_speculate: false` opting it out."""
 
 from __future__ import annotations
 
@@ -82,3 +83,25 @@ def test_timings_carry_the_requests_own_acceptance(speculating_http):
     assert 0 <= timings["spec_num_accepted_tokens"] <= timings["spec_num_draft_tokens"]
     want = 1 + timings["spec_num_accepted_tokens"] / num_drafts
     assert timings["spec_mean_acceptance_length"] == pytest.approx(want)
+
+
+def test_a_request_that_opts_out_is_never_drafted_for(speculating_http):
+    def timed(**fields) -> tuple[dict, dict, float]:
+        before = _spec_samples(speculating_http)[("llmd:spec_decode_num_drafts_total", "")]
+        body = {"prompt": PROMPTS[0], "max_tokens": 20, "temperature": 0.0, "ignore_eos": True,
+                "return_timings": True, **fields}  # fmt: skip
+        response = httpx.post(f"{speculating_http.v1}/completions", json=body, timeout=60)
+        assert response.status_code == 200, response.text
+        choice = response.json()["choices"][0]
+        after = _spec_samples(speculating_http)[("llmd:spec_decode_num_drafts_total", "")]
+        return choice, choice["timings"], after - before
+
+    speculated, timings, num_drafts = timed()
+    assert timings["spec_num_drafts"] == num_drafts > 0  # the daemon's count agrees
+    plain, opted_out, num_drafts = timed(can_speculate=False)
+    assert opted_out.get("spec_num_drafts", 0) == 0 and num_drafts == 0
+    assert "spec_mean_acceptance_length" not in opted_out  # no draft: no spec_* fields
+    assert plain["text"] == speculated["text"]
+    bad = {"prompt": PROMPTS[0], "can_speculate": "no"}
+    response = httpx.post(f"{speculating_http.v1}/completions", json=bad, timeout=60)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "can_speculate"
