@@ -85,6 +85,8 @@ class ServingMetrics:
         self._experts_touched = meter()
         self.num_scheduled_seqs = 0
         """Sequences summed over all steps (divided by steps: the mean batch size)."""
+        self.num_decode_seqs = 0
+        """Decode rows (verify chunks among them) summed over all steps."""
         self.num_preemptions = 0
         self.finish_counts: dict[str, int] = {}
         self.wait_seconds = dict.fromkeys(WAIT_REASONS, 0.0)
@@ -108,6 +110,7 @@ class ServingMetrics:
             if stats.spec_decode is not None:
                 self._record_spec(stats.spec_decode)
             self.num_scheduled_seqs += stats.num_prefill_seqs + stats.num_decode_seqs
+            self.num_decode_seqs += stats.num_decode_seqs
             if stats.num_prefill_tokens == 0 and stats.num_decode_tokens > 0:
                 step_bytes = self.cost.decode_step_bytes(
                     self.dtype_bytes,
@@ -219,6 +222,7 @@ class ServingMetrics:
                     generation_tokens=int(self._generation_tokens.lifetime_total),
                     preemptions=self.num_preemptions,
                     scheduled_seqs=self.num_scheduled_seqs,
+                    decode_seqs=self.num_decode_seqs,
                     decode_bytes=self._decode_bytes.lifetime_total,
                     decode_seconds=self._decode_seconds.lifetime_total,
                     prefill_flops=self._prefill_flops.lifetime_total,

@@ -111,6 +111,10 @@ class TotalsSection(WireData):
     preemptions: int = 0
     scheduled_seqs: int = 0
     """Sequences summed over all steps (over steps: the mean batch size)."""
+    decode_seqs: int = 0
+    """Decode rows summed over all steps, a verify chunk being one: requests' decode steps
+    (each emits one token plus its accepted drafts, so speculation's yield per step is
+    1 + spec_accepted_tokens / decode_seqs)."""
     decode_bytes: float = 0.0
     decode_seconds: float = 0.0
     prefill_flops: float = 0.0

@@ -8,6 +8,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmd.client import Client
 from tests.http.http_harness import DAEMON_ARGS, http_daemon
 
 SPEC_ARGS = [*DAEMON_ARGS, "--speculative-method", "ngram", "--num-speculative-tokens", "3",
@@ -85,21 +86,34 @@ def test_timings_carry_the_requests_own_acceptance(speculating_http):
     assert timings["spec_mean_acceptance_length"] == pytest.approx(want)
 
 
+def _totals(served) -> tuple[int, int, int, int]:
+    """(drafts, accepted tokens, decode steps, generated tokens) since the daemon started."""
+    with Client(served.address) as client:
+        totals = client.stats(include_requests=False, include_block_map=False).totals
+    return (totals.spec_drafts, totals.spec_accepted_tokens, totals.decode_seqs,
+            totals.generation_tokens)  # fmt: skip
+
+
 def test_a_request_that_opts_out_is_never_drafted_for(speculating_http):
-    def timed(**fields) -> tuple[dict, dict, float]:
-        before = _spec_samples(speculating_http)[("llmd:spec_decode_num_drafts_total", "")]
+    def timed(**fields) -> tuple[dict, dict, tuple[int, ...]]:
+        before = _totals(speculating_http)
         body = {"prompt": PROMPTS[0], "max_tokens": 20, "temperature": 0.0, "ignore_eos": True,
                 "return_timings": True, **fields}  # fmt: skip
         response = httpx.post(f"{speculating_http.v1}/completions", json=body, timeout=60)
         assert response.status_code == 200, response.text
         choice = response.json()["choices"][0]
-        after = _spec_samples(speculating_http)[("llmd:spec_decode_num_drafts_total", "")]
-        return choice, choice["timings"], after - before
+        added = tuple(b - a for a, b in zip(before, _totals(speculating_http)))
+        return choice, choice["timings"], added
 
-    speculated, timings, num_drafts = timed()
+    speculated, timings, (num_drafts, num_accepted, num_decode_steps, num_tokens) = timed()
     assert timings["spec_num_drafts"] == num_drafts > 0  # the daemon's count agrees
-    plain, opted_out, num_drafts = timed(can_speculate=False)
+    # Its 20 tokens: the prefill's first, then one per decode step plus the accepted drafts
+    # (the snapshot's yield per decode step, 1 + accepted / decode steps, rests on this).
+    assert num_tokens == 20 == 1 + num_decode_steps + num_accepted
+    assert num_accepted == timings["spec_num_accepted_tokens"] > 0
+    plain, opted_out, (num_drafts, num_accepted, num_decode_steps, _) = timed(can_speculate=False)
     assert opted_out.get("spec_num_drafts", 0) == 0 and num_drafts == 0
+    assert (num_accepted, num_decode_steps) == (0, 19)
     assert "spec_mean_acceptance_length" not in opted_out  # no draft: no spec_* fields
     assert plain["text"] == speculated["text"]
     bad = {"prompt": PROMPTS[0], "can_speculate": "no"}

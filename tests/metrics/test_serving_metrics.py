@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from llmd.engine.spec_decode_counts import SpecDecodeCounts
 from llmd.engine.step_stats import StepStats
 from llmd.metrics import ServingMetrics
 from llmd.metrics.device_peaks import device_peaks
@@ -90,6 +91,22 @@ def test_steps_give_throughput_split_and_hardware_estimates():
     assert snapshot.hardware.prefill_tflop_per_s == pytest.approx(prefill_flops / 0.01 / 1e12)
     assert snapshot.totals.preemptions == 1 and snapshot.totals.steps == 3
     assert step.prefill_time_share == pytest.approx(0.01 / 0.014)
+
+
+def test_decode_steps_and_speculation_add_up_so_that_emitted_tokens_reconcile():
+    metrics = ServingMetrics(clock=FakeClock())
+    # 3 decode rows, 2 of them verifying 3-token drafts with 2 and 1 accepted: 3 + 3 tokens.
+    verify = SpecDecodeCounts()
+    verify.add_draft(3, 2)
+    verify.add_draft(3, 1)
+    metrics.record_step(_step(0, 3 + 6, 0.002, num_decode_seqs=3, spec_decode=verify), 6, 0.0)
+    metrics.record_step(_step(0, 4, 0.002), 4, 0.0)  # 4 plain decode rows (backed off)
+    metrics.record_step(_step(8, 0, 0.002, num_sampling_seqs=1), 1, 0.0)  # a prefill
+    totals = metrics.snapshot().totals
+    assert (totals.decode_seqs, totals.scheduled_seqs) == (7, 8)
+    assert (totals.spec_drafts, totals.spec_draft_tokens, totals.spec_accepted_tokens) == (2, 6, 3)
+    # Every decode step emits its token plus its accepted drafts; the prefill its first token.
+    assert totals.generation_tokens == totals.decode_seqs + totals.spec_accepted_tokens + 1
 
 
 def test_moe_decode_bytes_count_the_touched_experts_and_the_mean_is_per_step():

@@ -248,6 +248,16 @@ def busy_snapshot(step: int, timeline_request_id: str | None = None) -> StatsSna
     return typed(busy_wire(step, timeline_request_id))
 
 
+def speculating_snapshot(step: int, timeline_request_id: str | None = None) -> StatsSnapshot:
+    """`busy_snapshot(step)` of a daemon running speculative decoding: every 0.25 s, 40
+    drafts of 3 tokens with 30 accepted, in 100 decode steps (25% accepted, 1.75 tokens per
+    verify step, 1.30 per decode step)."""
+    wire = busy_wire(step, timeline_request_id)
+    wire["totals"].update(spec_drafts=40 * step, spec_draft_tokens=120 * step,
+                          spec_accepted_tokens=30 * step, decode_seqs=100 * step)  # fmt: skip
+    return typed(wire)
+
+
 def request_row(request_id: str, state: str, **fields: Any) -> RequestRow:
     """A request-table row with zeros where `fields` says nothing (for hand-built views)."""
     defaults: dict[str, Any] = {

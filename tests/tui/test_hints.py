@@ -155,12 +155,15 @@ def test_kv_blocks_has_its_hint_only_while_the_cache_is_not_full():
 
 def test_low_acceptance_at_a_large_batch_says_speculation_does_not_pay():
     def speculating(rate: float, running: int) -> TopView:
-        throughput = ThroughputView(spec_acceptance_rate=rate, spec_mean_acceptance_length=1.5)
+        throughput = ThroughputView(is_speculating=True, spec_window_s=60.0,
+                                    spec_acceptance_rate=rate, spec_mean_acceptance_length=1.5,
+                                    spec_tokens_per_step=1.1)  # fmt: skip
         return dataclasses.replace(with_(CALM, queue={"running": running}), throughput=throughput)
 
     assert speculation_not_paying(CALM) is None  # no speculation
     hint = speculation_not_paying(speculating(0.2, 16))
-    assert hint is not None and "20%" in hint.message and "16 running" in hint.message
+    assert hint is not None and "20% of its drafts over the last 60s" in hint.message
+    assert "1.50 tokens per verify step, 1.10 per decode step) with 16 running" in hint.message
     assert speculation_not_paying(speculating(0.35, 16)) is None  # enough accepted
     assert speculation_not_paying(speculating(0.2, 4)) is None  # spare compute at batch 4
     assert speculation_not_paying(speculating(0.05, 1)) is not None  # almost none pass

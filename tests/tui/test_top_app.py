@@ -7,7 +7,7 @@ import pytest
 from llmd.client import DaemonNotRunningError
 from llmd.tui.top.app import create_top_app
 from tests.tui.fake_client import FakeAsyncClient
-from tests.tui.sample_snapshots import WAITING, busy_snapshot
+from tests.tui.sample_snapshots import WAITING, busy_snapshot, speculating_snapshot
 from tests.tui.screen_text import assert_matches_snapshot, screen_text
 from tests.tui.waiting import wait_for
 
@@ -28,11 +28,11 @@ def make_app(slow_redraw_s: float = 0.0):
     return app, client, num_connects
 
 
-async def deliver(pilot, client: FakeAsyncClient, steps) -> None:
+async def deliver(pilot, client: FakeAsyncClient, steps, snapshot_of=busy_snapshot) -> None:
     """Push snapshots one at a time, each applied before the next (a deterministic history)."""
     app = pilot.app
     for step in steps:
-        snapshot = busy_snapshot(step, app.feed.timeline_request_id)
+        snapshot = snapshot_of(step, app.feed.timeline_request_id)
         await client.push(snapshot)
         await wait_for(pilot, lambda snapshot=snapshot: app.model.snapshot is snapshot)
 
@@ -45,6 +45,20 @@ async def test_screen_matches_the_stored_snapshot(size):
         await pilot.pause()
         text = screen_text(app)
     assert_matches_snapshot(text, f"top_{size[0]}x{size[1]}.txt")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+async def test_a_speculating_daemon_s_figures_fit_the_throughput_panel(size):
+    app, client, _ = make_app()
+    async with app.run_test(size=size) as pilot:
+        await deliver(pilot, client, range(len(WAITING)), speculating_snapshot)
+        await pilot.pause()
+        text = screen_text(app)
+    assert_matches_snapshot(text, f"top_spec_{size[0]}x{size[1]}.txt")
+    if size[0] < 120:
+        assert " spec      25% acc · 1.75/verify · 1.30/step" in text
+    else:
+        assert " spec      25% accepted · 1.75 tok/verify · 1.30 tok/step (5s)" in text
 
 
 async def test_before_the_first_snapshot_it_says_it_is_connecting():

@@ -264,16 +264,3 @@ def test_the_request_table_is_read_once_per_snapshot_and_sort(monkeypatch):
     model.apply(busy_snapshot(4))
     model.view()
     assert len(num_reads) == 3
-
-
-def test_speculative_acceptance_is_shown_only_once_drafts_were_verified():
-    model = TopModel(clock=lambda: 0.0)
-    model.apply(busy_snapshot(0))
-    assert model.view().throughput.spec_mean_acceptance_length is None
-    wire = busy_wire(1)
-    wire["totals"].update(spec_drafts=10, spec_draft_tokens=30, spec_accepted_tokens=12,
-                          spec_accepted_per_position=[7, 4, 1])  # fmt: skip
-    model.apply(typed(wire))
-    throughput = model.view().throughput
-    assert throughput.spec_acceptance_rate == pytest.approx(0.4)
-    assert throughput.spec_mean_acceptance_length == pytest.approx(2.2)

@@ -203,19 +203,27 @@ def waiting_on_kv_blocks(view: TopView) -> Hint | None:
 
 def speculation_not_paying(view: TopView) -> Hint | None:
     """Speculative decoding scores drafts that are mostly rejected: at a large batch (or
-    at any batch when almost none pass) the verify tokens cost more than they save."""
-    rate = view.throughput.spec_acceptance_rate
+    at any batch when almost none pass) the verify tokens cost more than they save.
+
+    It reads the window's figures, not the totals since start, so it follows the workload.
+    """
+    throughput = view.throughput
+    rate = throughput.spec_acceptance_rate
     if rate is None:
         return None
     running = view.queue.running
     if rate >= LOW_ACCEPTANCE or (running < SPEC_LARGE_BATCH and rate >= USELESS_ACCEPTANCE):
         return None
-    length = view.throughput.spec_mean_acceptance_length or 1.0
+    length = throughput.spec_mean_acceptance_length or 1.0
+    per_step = throughput.spec_tokens_per_step
+    gain = "" if per_step is None else f", {per_step:.2f} per decode step"
+    window = throughput.spec_window_s
+    over = "" if not window else f" over the last {window:.0f}s"
     return Hint(
         "speculation",
-        f"Speculative decoding accepts {fmt_percent(rate)} of its drafts ({length:.2f} tokens "
-        f"per verify step) with {running} running: lower --num-speculative-tokens, or drop "
-        "--speculative-method for this workload.",
+        f"Speculative decoding accepted {fmt_percent(rate)} of its drafts{over} ({length:.2f} "
+        f"tokens per verify step{gain}) with {running} running: lower "
+        "--num-speculative-tokens, or drop --speculative-method for this workload.",
     )
 
 

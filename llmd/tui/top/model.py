@@ -24,6 +24,7 @@ from llmd.tui.top.reader import (
     read_requests,
 )
 from llmd.tui.top.sorting import SORT_KEYS, sort_rows
+from llmd.tui.top.speculation import SpecCounts, SpecHistory
 from llmd.tui.top.view import (
     ConnectionView,
     QueueView,
@@ -70,6 +71,9 @@ class TopModel:
         self._read_rows: tuple[object, str, list[RequestRow], int] | None = None
         """(snapshot, sort key, sorted rows, live count) of the last table read."""
         self._previous_totals: tuple[float, float, float, float] | None = None
+        self._speculation = SpecHistory()
+        """Speculation counts over the daemon's metrics window, for figures that follow the
+        workload (the snapshot's own are totals since start)."""
         self.sort_key = SORT_KEYS[0]
         self.selected_request_id: str | None = None
         self._selected_index = 0
@@ -237,6 +241,7 @@ class TopModel:
                 per_s = (d_prompt / d_time, d_generation / d_time) if d_time > 0 else (0.0, 0.0)
                 rates = (*per_step, *per_s)
         self._previous_totals = current
+        self._speculation.add(SpecCounts.of(now, totals), snapshot.window_s)
         values = (
             now,
             queue.waiting,
@@ -304,7 +309,7 @@ class TopModel:
 
     def _throughput_view(self, snapshot: StatsSnapshot) -> ThroughputView:
         throughput, totals = snapshot.throughput, snapshot.totals
-        return ThroughputView(
+        view = ThroughputView(
             prompt_tokens_per_s=throughput.prompt_tokens_per_s,
             generation_tokens_per_s=throughput.generation_tokens_per_s,
             requests_per_s=throughput.requests_per_s,
@@ -312,12 +317,15 @@ class TopModel:
             generation_history=tuple(self.history["generation_per_s"]),
             total_prompt_tokens=totals.prompt_tokens,
             total_generation_tokens=totals.generation_tokens,
-            spec_acceptance_rate=(
-                totals.spec_accepted_tokens / totals.spec_draft_tokens
-                if totals.spec_draft_tokens
-                else None
-            ),
-            spec_mean_acceptance_length=(
-                1 + totals.spec_accepted_tokens / totals.spec_drafts if totals.spec_drafts else None
-            ),
+            is_speculating=totals.spec_drafts > 0,
+        )
+        window = self._speculation.window()
+        if window is None:
+            return view
+        return dataclasses.replace(
+            view,
+            spec_window_s=window.span_s,
+            spec_acceptance_rate=window.acceptance_rate,
+            spec_mean_acceptance_length=window.mean_acceptance_length,
+            spec_tokens_per_step=window.tokens_per_decode_step,
         )

@@ -94,10 +94,18 @@ class ThroughputView:
     generation_history: tuple[float, ...] = ()
     total_prompt_tokens: int = 0
     total_generation_tokens: int = 0
+    is_speculating: bool = False
+    """The daemon has verified drafts since start (speculative decoding is on)."""
+    spec_window_s: float | None = None
+    """Seconds the speculation figures cover: the daemon's metrics window once top has
+    watched that long (None before two snapshots)."""
     spec_acceptance_rate: float | None = None
-    """Speculative decoding since start: accepted / draft tokens (None: no draft yet)."""
+    """Speculative decoding over the window: accepted / draft tokens (None: no draft)."""
     spec_mean_acceptance_length: float | None = None
-    """Tokens a verify step emitted on average: 1 + accepted / drafts."""
+    """Tokens a verify step emitted on average over the window: 1 + accepted / drafts."""
+    spec_tokens_per_step: float | None = None
+    """Tokens a running request's decode step emitted over the window, drafted or not
+    (1 + accepted / decode steps): what speculation buys, backoff and opt-outs included."""
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from llmd.tui.formatting import fmt_number, fmt_percent, sparkline
+from llmd.tui.formatting import MISSING, fmt_number, fmt_percent, sparkline
 from llmd.tui.top.panels.base import Panel, join_lines
-from llmd.tui.top.view import TopView
+from llmd.tui.top.view import ThroughputView, TopView
 
 
 class ThroughputPanel(Panel):
@@ -38,14 +38,8 @@ class ThroughputPanel(Panel):
             Text(f"{'requests'.ljust(label_width)}{fmt_number(throughput.requests_per_s):>5} /s",
                  style="dim")
         )  # fmt: skip
-        if throughput.spec_mean_acceptance_length is not None:
-            lines.append(
-                Text(
-                    f"{'spec'.ljust(label_width)}{fmt_percent(throughput.spec_acceptance_rate)} "
-                    f"accepted · {throughput.spec_mean_acceptance_length:.2f} tok/verify",
-                    style="dim",
-                )
-            )
+        if throughput.is_speculating:
+            lines.append(speculation_line(throughput, width, label_width))
         if self.screen.has_class("-narrow"):
             lines += self._efficiency_lines(view)
         lines.append(
@@ -83,6 +77,29 @@ class ThroughputPanel(Panel):
             style="dim",
         )
         return [busy, prefill]
+
+
+def speculation_line(throughput: ThroughputView, width: int, label_width: int) -> Text:
+    """Acceptance, tokens per verify step and per decode step over the window, spelled out
+    where the panel is wide enough (the figures stay, the words shorten, where it is not)."""
+    rate = fmt_percent(throughput.spec_acceptance_rate)
+    per_verify = _two_places(throughput.spec_mean_acceptance_length)
+    per_step = _two_places(throughput.spec_tokens_per_step)
+    window = throughput.spec_window_s
+    words = (f"{rate} accepted · {per_verify} tok/verify · ", f"{per_step} tok/step")
+    if label_width + sum(map(len, words)) > width:
+        words = (f"{rate} acc · {per_verify}/verify · ", f"{per_step}/step")
+    line = Text("spec".ljust(label_width), style="dim")
+    line.append(words[0], style="dim")
+    line.append(words[1], style="bold")
+    if window and label_width + sum(map(len, words)) + 6 <= width:
+        line.append(f" ({window:.0f}s)", style="dim")
+    return line
+
+
+def _two_places(value: float | None) -> str:
+    """A tokens-per-step figure to two decimals, or "-" while the window has none."""
+    return MISSING if value is None else f"{value:.2f}"
 
 
 def peak_note(achieved: float | None, peak: float | None, best: float | None = None) -> str:
