@@ -18,6 +18,7 @@ from tests.quantization.test_quantized_models import (
     LOGITS_ATOL,
     NEAR_TIE,
     check_greedy_tokens_against_hf,
+    decoder_linears,
     hf_reference_logits,
     llmd_logits,
     load_llmd,
@@ -75,12 +76,9 @@ def test_llmd_logits_match_the_fake_quantized_model(ct_checkpoint):
     config = json.loads((quantized / "config.json").read_text())["quantization_config"]
     assert config["format"] == FORMATS[scheme]
     model, hf_config = load_llmd(quantized)
-    decoder_linears = [
-        module for name, module in model.named_modules() if ".layers." in name and
-        isinstance(module, (Int4Linear, Int8Linear, torch.nn.Linear))
-    ]  # fmt: skip
-    assert len(decoder_linears) == 4 * hf_config.num_hidden_layers  # qkv, o, gate_up, down
-    assert all(type(module) is LAYER_KINDS[scheme] for module in decoder_linears)
+    linears = decoder_linears(model)
+    assert len(linears) == 4 * hf_config.num_hidden_layers  # qkv, o, gate_up, down
+    assert all(type(module) is LAYER_KINDS[scheme] for module in linears)
     token_ids = prompt()
     expected = hf_reference_logits(reference, token_ids)
     got = llmd_logits(model, hf_config, token_ids, torch.float32)

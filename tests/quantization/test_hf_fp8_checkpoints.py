@@ -13,7 +13,6 @@ import types
 
 import pytest
 import torch
-import transformers
 from safetensors.torch import load_file
 
 from llmd.errors import InvalidParameterError, UnsupportedModelError, UnsupportedQuantizationError
@@ -28,6 +27,7 @@ from tests.hf_fp8_checkpoint import write_hf_fp8_pair
 from tests.quantization.test_quantization_errors import edit_config, edit_tensors, load
 from tests.quantization.test_quantized_models import (
     LOGITS_ATOL,
+    check_greedy_tokens_against_hf,
     hf_reference_logits,
     llmd_logits,
     load_llmd,
@@ -173,25 +173,6 @@ def test_the_fp8_override_and_status_name(tmp_path):
     assert quantization_name(hf_config, "dequantize") == "fp8 fp8-block128x128 (dequantized)"
 
 
-def greedy_tokens_follow_hf(quantized, num_steps: int = 8) -> None:
-    """Greedy-decode with llmd and with HF reading the same fp8 checkpoint, held to the
-    near-tie rule."""
-    hf_model = transformers.AutoModelForCausalLM.from_pretrained(
-        quantized, attn_implementation="eager", dtype=torch.float32
-    ).eval()
-    model, hf_config = load_llmd(quantized)
-    token_ids = prompt(2)
-    for _ in range(num_steps):
-        ours = int(llmd_logits(model, hf_config, token_ids, torch.float32)[-1].argmax())
-        with torch.no_grad():
-            theirs_logits = hf_model(torch.tensor([token_ids])).logits[0, -1]
-        theirs = int(theirs_logits.argmax())
-        if ours != theirs:
-            assert theirs_logits[theirs] - theirs_logits[ours] < WEIGHT_ONLY_NEAR_TIE
-            break
-        token_ids.append(ours)
-
-
 # Shapes must be whole multiples of the blocks here: transformers' CPU dequantization
 # (`Fp8Dequantize._dequantize_one`) derives the block from the scale grid and refuses
 # weights the grid does not divide, so edge blocks are checked against the dense model only.
@@ -209,7 +190,7 @@ def test_greedy_tokens_match_transformers_on_the_same_fp8_checkpoint(
     tmp_path, arch, block, activation_scheme
 ):
     quantized, _ = write_hf_fp8_pair(tmp_path, arch, block, activation_scheme)
-    greedy_tokens_follow_hf(quantized)
+    check_greedy_tokens_against_hf(quantized, WEIGHT_ONLY_NEAR_TIE)
 
 
 @pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral"])

@@ -96,17 +96,22 @@ def hf_reference_logits(reference_path, token_ids: list[int]) -> torch.Tensor:
         return hf_model(torch.tensor([token_ids])).logits[0]
 
 
+def decoder_linears(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The decoder layers' linears (dense or quantized), to check which kind each loaded as."""
+    return [
+        module for name, module in model.named_modules() if ".layers." in name and
+        isinstance(module, (Int4Linear, Int8Linear, torch.nn.Linear))
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_quantized_logits_match_the_dequantized_model(tmp_path, arch, recipe):
     quantized, reference = write_quantized_pair(tmp_path, arch, recipe)
     model, hf_config = load_llmd(quantized)
-    decoder_linears = [
-        module for name, module in model.named_modules() if ".layers." in name and
-        isinstance(module, (Int4Linear, Int8Linear, torch.nn.Linear))
-    ]  # fmt: skip
-    assert len(decoder_linears) == 4 * hf_config.num_hidden_layers  # qkv, o, gate_up, down
-    assert all(type(module) is LAYER_KINDS[recipe] for module in decoder_linears)
+    linears = decoder_linears(model)
+    assert len(linears) == 4 * hf_config.num_hidden_layers  # qkv, o, gate_up, down
+    assert all(type(module) is LAYER_KINDS[recipe] for module in linears)
     assert type(model.lm_head) is torch.nn.Linear  # ignored by the recipes: dense
     token_ids = prompt()
     expected = hf_reference_logits(reference, token_ids)
