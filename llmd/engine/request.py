@@ -16,6 +16,8 @@ from llmd.engine.wait_ledger import WaitLedger
 from llmd.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from llmd.outputs import TokenLogprob
 
 __all__ = [
@@ -42,6 +44,14 @@ class TokenGrammar(Protocol):
 
     def fill_mask(self, address: int, num_bytes: int) -> None:
         """Write the next token's allowed-token bitmask at `address`."""
+        ...
+
+    def num_allowed(self, token_ids: Sequence[int]) -> int:
+        """How many of `token_ids`, from the first, may follow in a row (state unchanged)."""
+        ...
+
+    def fill_draft_masks(self, draft_ids: Sequence[int], address: int, num_bytes: int) -> None:
+        """Write the masks after each prefix of `draft_ids` (none to all) from `address`."""
         ...
 
 

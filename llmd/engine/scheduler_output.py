@@ -78,12 +78,16 @@ class GrammarBitmask:
     """Allowed next tokens of a step's constrained requests (structured outputs)."""
 
     request_ids: list[str]
-    """The constrained sampling requests, one mask row each."""
+    """The request of each mask row: the constrained sampling requests, a verify chunk's
+    once per position (its draft positions in order, then its own row)."""
     bitmask: Any
     """numpy int32 [len(request_ids), ceil(vocab / 32)]: bit t % 32 of word t // 32 is set
     when token t is allowed."""
     fill_s: float = 0.0
     """Host time spent filling the masks, seconds (a slice of the step in metrics)."""
+    draft_offsets: list[int] = field(default_factory=list)
+    """Per mask row, -1 for its chunk's own sampling row, or j for the verify chunk's draft
+    row j (the position after j drafts); empty reads as -1 for every row."""
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler_output import PENDING_TOKEN_ID, ScheduledChunk
 from llmd.engine.spec_decode_counts import SpecDecodeCounts
-from llmd.engine.stop_rules import check_stop
+from llmd.engine.stop_rules import check_stop, grammar_stop
 from llmd.spec.draft_ask import DraftAsk
 
 if TYPE_CHECKING:
@@ -91,15 +91,10 @@ class Speculator:
         """A batch proposer's drafts for the step being scheduled, by request id."""
 
     def can_speculate(self, request: Request) -> bool:
-        """Whether the request may draft: opted in, no grammar (its state would have to
-        advance along the draft), and its last token already known."""
+        """Whether the request may draft: opted in and its last token already known (a
+        grammar's request too: `drafts_for` cuts its drafts at the first one refused)."""
         params = request.sampling_params
-        return (
-            params.can_speculate
-            and params.structured_outputs is None
-            and request.grammar is None
-            and request.all_token_ids[-1] != PENDING_TOKEN_ID
-        )
+        return params.can_speculate and request.all_token_ids[-1] != PENDING_TOKEN_ID
 
     def max_num_drafts(self, request: Request, budget: int) -> int:
         """How many draft tokens a decoding request may verify within the token budget,
@@ -137,8 +132,12 @@ class Speculator:
         if num_tokens <= 0:
             return NO_DRAFT
         if isinstance(self.proposer, BatchProposer):
-            return self.step_drafts.get(request.request_id, NO_DRAFT)[:num_tokens]
-        return self.proposer.propose(request.all_token_ids, num_tokens)[:num_tokens]
+            draft_ids = self.step_drafts.get(request.request_id, NO_DRAFT)[:num_tokens]
+        else:
+            draft_ids = self.proposer.propose(request.all_token_ids, num_tokens)[:num_tokens]
+        if request.grammar is not None and draft_ids:  # the target never samples a refused one
+            draft_ids = draft_ids[: request.grammar.num_allowed(draft_ids)]
+        return draft_ids
 
     def release(self, request_id: str) -> None:
         """A request finished or was preempted: a batch proposer drops its state."""
@@ -193,6 +192,8 @@ class Speculator:
             request.append_token(token_id, now)
             num_kept += 1
             reason, stop_reason = check_stop(request, token_id, self.max_model_len)
+            if reason is None and request.grammar is not None:
+                reason = grammar_stop(request, token_id)
             if reason is not None:
                 break
         # The input token and the drafts before the last kept token have their K/V now.

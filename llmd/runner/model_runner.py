@@ -327,8 +327,11 @@ class ModelRunner:
             )
             if plan.grammar_bitmask is not None:
                 row_of = {chunk.request_id: i for i, chunk in enumerate(sampling_chunks)}
+                first_draft_row_of: dict[str, int] = {}
+                for offset, chunk in enumerate(draft_chunks):  # rows after the chunks' own
+                    first_draft_row_of.setdefault(chunk.request_id, len(sampling_chunks) + offset)
                 sampling_batch.allowed_tokens = allowed_tokens_for(
-                    plan.grammar_bitmask, row_of, self.device
+                    plan.grammar_bitmask, row_of, self.device, first_draft_row_of
                 )
             prepared = time.perf_counter()
             if self.routing_stats is not None:

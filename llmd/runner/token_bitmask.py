@@ -24,10 +24,22 @@ class AllowedTokens:
 
 
 def allowed_tokens_for(
-    grammar: GrammarBitmask, row_of: dict[str, int], device: torch.device
+    grammar: GrammarBitmask,
+    row_of: dict[str, int],
+    device: torch.device,
+    first_draft_row_of: dict[str, int] | None = None,
 ) -> AllowedTokens:
-    """Move a plan's masks to the device, naming each mask's row in the sampling batch."""
-    rows = [row_of[request_id] for request_id in grammar.request_ids]
+    """Move a plan's masks to the device, naming each mask's row in the sampling batch.
+
+    `row_of` gives each sampling chunk's own row, `first_draft_row_of` each verify chunk's
+    first draft row (its draft rows follow in order): a mask with draft offset j goes there.
+    """
+    offsets = grammar.draft_offsets or [-1] * len(grammar.request_ids)
+    draft_row_of = first_draft_row_of or {}
+    rows = [
+        row_of[request_id] if offset < 0 else draft_row_of[request_id] + offset
+        for request_id, offset in zip(grammar.request_ids, offsets, strict=True)
+    ]
     bitmask = torch.from_numpy(grammar.bitmask).to(device, non_blocking=False)
     return AllowedTokens(to_device(rows, torch.int64, device), bitmask)
 

@@ -41,10 +41,12 @@ class CompiledGrammar:
     """The llguidance LLMatcher in its initial state (never advanced itself)."""
     compile_s: float
     """How long the compile took, seconds."""
+    vocab_size: int
+    """Token ids the tokenizer knows (the model's logit width)."""
 
     def new_matcher(self) -> GrammarMatcher:
         """A fresh matcher for one request (a cheap copy of the compiled state)."""
-        return GrammarMatcher(self.template.deep_copy(), self.kind)
+        return GrammarMatcher(self.template.deep_copy(), self.kind, self.vocab_size)
 
 
 def build_llg_tokenizer(tokenizer_json: str, vocab_size: int, eos_token_ids: Sequence[int]) -> Any:
@@ -129,13 +131,16 @@ class GrammarCompiler:
         if self.compile_delay_s:
             time.sleep(self.compile_delay_s)
         source = grammar_source(spec)
-        matcher = llguidance.LLMatcher(self._llg_tokenizer(), source, log_level=0)
+        tokenizer = self._llg_tokenizer()
+        matcher = llguidance.LLMatcher(tokenizer, source, log_level=0)
         if matcher.is_error():
             raise InvalidParameterError(
                 f"is invalid or not supported: {matcher.get_error().strip()}",
                 f"{FIELD}.{spec.kind}",
             )
-        return CompiledGrammar(spec.kind, matcher, time.perf_counter() - started)
+        return CompiledGrammar(
+            spec.kind, matcher, time.perf_counter() - started, tokenizer.vocab_size
+        )
 
     def _llg_tokenizer(self) -> Any:
         with self._tokenizer_lock:  # built once, on first use, off the engine thread
