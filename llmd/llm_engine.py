@@ -24,13 +24,13 @@ from llmd.engine.prompt_checks import check_token_ids
 from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.scheduler_output import SchedulerOutput
-from llmd.engine.servability import check_servable, resolve_max_model_len
+from llmd.engine.servability import resolve_max_model_len
 from llmd.engine.snapshot_collector import collect_snapshot
-from llmd.engine.speculator import make_speculator, resolve_async_scheduling
+from llmd.engine.speculator import make_speculator
 from llmd.engine.step_failure import fail_plan, fail_request
 from llmd.engine.step_result import RequestUpdate, StepResult, request_updates, step_stats
 from llmd.engine.step_stats import StepStats
-from llmd.engine.tokenizer import Tokenizer, config_eos_token_ids, load_tokenizer
+from llmd.engine.tokenizer import load_model_tokenizer
 from llmd.engine_facts import engine_facts
 from llmd.errors import (
     CacheBusyError,
@@ -39,12 +39,11 @@ from llmd.errors import (
     SchedulerStallError,
 )
 from llmd.models.loader import load_hf_config, model_shape, resolve_model_path
-from llmd.runner.device import device_name, dtype_name, resolve_device
+from llmd.runner.device import device_name, dtype_name, resolve_async_scheduling, resolve_device
 from llmd.runner.model_runner import ModelRunner
 from llmd.runner.pending_step import RunnerOutput
 from llmd.sampling_params import SamplingParams
 from llmd.structured.grammar_admission import GrammarAdmission
-from llmd.structured.grammar_compiler import build_llg_tokenizer
 from llmd.structured.grammar_stats import GrammarStats
 
 logger = logging.getLogger(__name__)
@@ -66,13 +65,9 @@ class LLMEngine:
         self.shape = model_shape(self.hf_config)
         # The configured length, capped by the model's positions and any sliding window.
         self.max_model_len = resolve_max_model_len(config.max_model_len, self.shape.max_model_len)
-        self.tokenizer: Tokenizer | None = None
-        if config.skip_tokenizer_init:
-            self.eos_token_ids = config_eos_token_ids(self.hf_config, self.model_path)
-        else:
-            tokenizer_source = config.tokenizer or str(self.model_path)
-            self.tokenizer = load_tokenizer(tokenizer_source, str(self.model_path))
-            self.eos_token_ids = self.tokenizer.eos_token_ids
+        self.tokenizer, self.eos_token_ids = load_model_tokenizer(
+            self.model_path, self.hf_config, config.tokenizer, config.skip_tokenizer_init
+        )
         scheduler_config = SchedulerConfig.resolve(config, self.max_model_len)
         self.runner = ModelRunner(
             config, self.model_path, self.hf_config, self.shape, self.max_model_len,
@@ -91,13 +86,17 @@ class LLMEngine:
             config, self.max_model_len, self.shape.vocab_size, self.runner.num_blocks
         )
         self.scheduler = Scheduler(scheduler_config, self.block_manager, speculator)
-        self.async_scheduling = resolve_async_scheduling(config, self.runner.device.type)
+        self.async_scheduling = resolve_async_scheduling(
+            config.async_scheduling, self.runner.device
+        )
         self.grammars: GrammarAdmission | None = None
         """Structured outputs: compiles and admits constrained requests (made on first use)."""
         self.grammar_stats = GrammarStats()
         """Constrained requests, compiles and their times since start (zeros until used)."""
         self._in_flight: LaunchedStep | None = None
         """The pipelined step's launched plan, applied by the next step (async scheduling)."""
+        self.num_overlapped_steps = 0
+        """Steps launched while the previous one was in flight: host work the device hid."""
         self._finished_last_step: set[str] = set()
         """Requests the last apply finished: a sample of theirs launched meanwhile is
         discarded without a second finish update."""
@@ -167,23 +166,11 @@ class LLMEngine:
                 "(skip_tokenizer_init)",
                 "structured_outputs",
             )
-        if request.request_id in self.scheduler.requests:
-            raise InvalidParameterError(
-                f"request id {request.request_id!r} is already in use", "request_id"
-            )
-        check_servable(request, self.max_model_len, self.block_manager)
         if self.grammars is None:
-            self.grammars = GrammarAdmission(
-                self._grammar_tokenizer, self.shape.vocab_size, self.grammar_stats
+            self.grammars = GrammarAdmission.for_tokenizer(
+                self.tokenizer, self.shape.vocab_size, self.eos_token_ids, self.grammar_stats
             )
         self.grammars.add(request, self.scheduler, time.monotonic())
-
-    def _grammar_tokenizer(self):
-        """llguidance's tokenizer for this model (built on the compile thread, once)."""
-        assert self.tokenizer is not None  # _add_constrained checks
-        return build_llg_tokenizer(
-            self.tokenizer.to_json(), self.shape.vocab_size, self.eos_token_ids
-        )
 
     def abort_request(self, request_id: str) -> Request | None:
         """Abort a request wherever it is; its KV blocks are freed at once."""
@@ -216,6 +203,7 @@ class LLMEngine:
         if self.runner.routing_stats is not None:
             self.runner.routing_stats.reset()
         self.num_integrity_errors = 0
+        self.num_overlapped_steps = 0
         self.started_at = time.monotonic()
 
     def reset_prefix_cache(self) -> int:
@@ -242,18 +230,24 @@ class LLMEngine:
     def step(self) -> StepResult:
         """Schedule, run and apply one step; a failing step fails only its own requests.
 
-        With async scheduling the run is pipelined (`_run_pipelined`): outputs lag one step.
+        With async scheduling the run is pipelined (`_run_pipelined`): outputs lag one step,
+        but drafts need every token: a step in flight that verifies drafts, or that a decode
+        would draft after (`Scheduler.wants_drafts`), is applied first, without overlap.
         """
         started = time.monotonic()
-        compiled: list[RequestUpdate] = []
+        updates: list[RequestUpdate] = []  # grammars compiled, then a step applied first
         if self.grammars is not None:
-            compiled = self.grammars.admit_ready(self.scheduler, started)
-        try:
-            plan = self.scheduler.schedule()
+            updates = self.grammars.admit_ready(self.scheduler, started)
+        stats, in_flight = None, self._in_flight
+        if in_flight and (in_flight.plan.num_verify_tokens or self.scheduler.wants_drafts()):
+            applied, stats = self._apply_in_flight(started, started)
+            updates += applied
+        try:  # a plan drafts only with no step in flight
+            plan = self.scheduler.schedule(may_draft=self._in_flight is None)
         except SchedulerStallError as error:  # never step empty plans forever: fail the head
             logger.error("scheduler stalled: %s", error)
             update = fail_request(self.scheduler, error.request_id, error)
-            return self._step_result(compiled + ([] if update is None else [update]), None)
+            return self._step_result(updates + ([] if update is None else [update]), stats)
         scheduled = time.monotonic()
         if plan.is_empty and (plan.finished_request_ids or plan.preempted_request_ids):
             self.runner.free(plan)  # no step will carry these ends to the runner
@@ -263,8 +257,8 @@ class LLMEngine:
             result = self._run_sync(plan, started, scheduled)
         if plan.is_empty and self._in_flight is None and self.grammars is not None:
             self.grammars.wait_if_idle()  # only compiles pending: do not spin
-        if compiled:
-            result.updates[:0] = compiled
+        result.updates[:0] = updates
+        result.stats = result.stats or stats  # one at most: none was in flight after it
         return result
 
     def _run_sync(self, plan: SchedulerOutput, started: float, scheduled: float) -> StepResult:
@@ -284,21 +278,18 @@ class LLMEngine:
 
         The host prepares plan N+1 while the device runs plan N, so in the steady state it
         never waits for the device; the launched plan's tokens are counted at once, with a
-        placeholder per sample, and a sample taken past a stop is discarded.
+        placeholder per sample (a plan with drafts: when applied, first thing next step),
+        and a sample taken past a stop is discarded.
         """
-        previous, self._in_flight = self._in_flight, None
-        if plan.is_empty and previous is None:
-            return StepResult([], None)
         updates: list[RequestUpdate] = []
         stats = None
-        if previous is not None and self.grammars is not None and plan.samples_constrained:
+        if self._in_flight is not None and self.grammars is not None and plan.samples_constrained:
             # A grammar mask needs the token in flight: apply it first (no overlap here).
-            try:
-                output = previous.pending.resolve()
-            except Exception as error:  # the plan's inputs came from that step
-                return self._step_result(self._fail(error, previous.plan, plan), None)
-            updates, stats = self._apply(previous, output, started, scheduled)
-            previous = None
+            updates, stats = self._apply_in_flight(started, scheduled, plan)
+            if stats is None:  # it failed, and the plan with it (its inputs came from there)
+                return self._step_result(updates, None)
+        if plan.is_empty and self._in_flight is None:
+            return self._step_result(updates, stats)  # idle once a step applied first ends all
         launched = None if plan.is_empty else LaunchedStep.of(plan)
         if launched is not None:
             try:
@@ -307,20 +298,29 @@ class LLMEngine:
             except Exception as error:  # a bad batch fails its own requests only
                 updates += self._fail(error, plan)
                 launched = None
-        if previous is not None:
-            try:
-                output = previous.pending.resolve()
-            except Exception as error:  # the launched plan's inputs came from this step
-                failed = [previous.plan] if launched is None else [previous.plan, plan]
-                updates += self._fail(error, *failed)
-                launched = None
-            else:
-                applied, stats = self._apply(previous, output, started, scheduled)
-                updates += applied
+        if self._in_flight is not None:  # the launched plan's inputs came from this step
+            self.num_overlapped_steps += launched is not None
+            dependent = [] if launched is None else [plan]
+            applied, stats = self._apply_in_flight(started, scheduled, *dependent)
+            updates += applied
+            launched = None if stats is None else launched  # failed with it
         if launched is not None:
-            launched.placeholder_ids = self.scheduler.advance_in_flight(plan)
+            if not plan.num_verify_tokens:
+                launched.placeholder_ids = self.scheduler.advance_in_flight(plan)
             self._in_flight = launched
         return self._step_result(updates, stats)
+
+    def _apply_in_flight(
+        self, started: float, scheduled: float, *dependent: SchedulerOutput
+    ) -> tuple[list[RequestUpdate], StepStats | None]:
+        """Apply the step in flight now; unreadable, it fails with `dependent` (stats None)."""
+        step, self._in_flight = self._in_flight, None
+        assert step is not None and step.pending is not None  # only a launched step flies
+        try:
+            output = step.pending.resolve()
+        except Exception as error:
+            return self._fail(error, step.plan, *dependent), None
+        return self._apply(step, output, started, scheduled)
 
     def _attach_masks(self, plan: SchedulerOutput) -> None:
         """Give the plan its constrained rows' grammar masks, from every token applied."""

@@ -113,11 +113,12 @@ class Scheduler:
 
     # ------------------------------------------------------------ scheduling
 
-    def schedule(self, now: float | None = None) -> SchedulerOutput:
+    def schedule(self, now: float | None = None, may_draft: bool = True) -> SchedulerOutput:
         """Plan one step: running requests first (decodes, ongoing prefills), then admissions.
 
         Whatever it leaves waiting is charged, until the next step, to the one reason that
-        stopped it (WaitTracker).
+        stopped it (WaitTracker). `may_draft` False (a step in flight: async scheduling)
+        plans no speculative drafts: a verify step's next plan needs its accepted length.
         """
         now = time.monotonic() if now is None else now
         self.wait_tracker.begin_step(now)
@@ -128,7 +129,7 @@ class Scheduler:
         if self.config.policy == "priority":
             self.running.sort(key=lambda r: (r.priority, r.times.arrival))
         if self.speculator is not None:
-            self.speculator.begin_step(self.running, budget)  # a draft model runs here
+            self.speculator.begin_step(self.running, budget, may_draft)  # draft model passes
         budget = self._schedule_running(output, budget, now)
         head_reason, shared_reason = None, KV_BLOCKS  # a preemption means blocks ran out
         if not output.preempted_request_ids:
@@ -155,6 +156,12 @@ class Scheduler:
         output.num_waiting = len(self.waiting)
         output.num_running = len(self.running)
         return output
+
+    def wants_drafts(self) -> bool:
+        """Whether a running decode would draft next step once its sample in flight is known
+        (`Speculator.wants_drafts`); always False without speculative decoding."""
+        budget = self.config.max_num_batched_tokens
+        return self.speculator is not None and self.speculator.wants_drafts(self.running, budget)
 
     def _num_new_tokens(self, request: Request, budget: int) -> int:
         """Tokens this request should compute now, or 0 if it must wait for a bigger budget."""

@@ -7,11 +7,16 @@ sample that differs (or the one after the last draft) is emitted too. With a one
 this is exact rejection sampling (accepted with probability p(draft), otherwise a sample
 from p with the draft removed), so the output distribution is the target's at any
 temperature, and greedy or seeded output is the same token for token. Pure Python.
+
+With async scheduling a step is planned while the previous one runs, so a decode's last
+token is still on the device: drafts need it, and the plan after a verify step needs its
+accepted length. So a plan drafts only with no step in flight (`begin_step`'s `may_draft`),
+and before each step the engine asks `wants_drafts` whether to apply the step in flight
+first (that step loses its overlap) or to go on pipelining plain decodes.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -24,8 +29,6 @@ from llmd.spec.draft_ask import DraftAsk
 if TYPE_CHECKING:
     from llmd.config import EngineConfig
     from llmd.engine.block_manager import BlockManager
-
-logger = logging.getLogger(__name__)
 
 NO_DRAFT: list[int] = []
 """Shared by the (many) requests that draft nothing in a step; never mutated."""
@@ -89,17 +92,24 @@ class Speculator:
         """Counts of the steps applied since `take_step_counts` last ran."""
         self.step_drafts: dict[str, list[int]] = {}
         """A batch proposer's drafts for the step being scheduled, by request id."""
+        self.step_may_draft = True
+        """Whether the step being scheduled may draft: not while another is in flight."""
 
     def can_speculate(self, request: Request) -> bool:
         """Whether the request may draft: opted in and its last token already known (a
         grammar's request too: `drafts_for` cuts its drafts at the first one refused)."""
-        params = request.sampling_params
-        return params.can_speculate and request.all_token_ids[-1] != PENDING_TOKEN_ID
+        return _may_speculate(request) and request.all_token_ids[-1] != PENDING_TOKEN_ID
 
     def max_num_drafts(self, request: Request, budget: int) -> int:
         """How many draft tokens a decoding request may verify within the token budget,
         max_tokens and max_model_len (its verified run never passes either); 0: none."""
-        if request.num_output_tokens < request.no_draft_until or not self.can_speculate(request):
+        if not self.step_may_draft or not self.can_speculate(request):
+            return 0
+        return self._draft_room(request, budget)
+
+    def _draft_room(self, request: Request, budget: int) -> int:
+        """`max_num_drafts` of a request that may speculate: 0 while it backs off."""
+        if request.num_output_tokens < request.no_draft_until:
             return 0
         return min(
             self.num_speculative_tokens,
@@ -108,18 +118,38 @@ class Speculator:
             self.max_model_len - request.num_tokens - 1,
         )
 
-    def begin_step(self, running: Sequence[Request], budget: int) -> None:
-        """Ask a batch proposer, once, for the drafts of every running decode that may draft
-        (`budget`: the step's whole token budget); a per-request proposer is asked later,
+    def wants_drafts(self, running: Sequence[Request], budget: int) -> bool:
+        """Whether some running decode would draft in the next plan once its sample in
+        flight is known: it may speculate, is not backing off, has room, and its proposer
+        would guess (a draft model always does; prompt lookup is tried on the tokens known,
+        one behind). Asked before each step with async scheduling, where True costs the
+        step its overlap; it looks up at most once per decode, as drafting does."""
+        for request in running:
+            if not _is_decode(request) or not _may_speculate(request):
+                continue
+            if self._draft_room(request, budget) <= 0:
+                continue
+            if isinstance(self.proposer, BatchProposer):
+                return True
+            token_ids = request.all_token_ids
+            if token_ids[-1] == PENDING_TOKEN_ID:
+                token_ids = token_ids[:-1]
+            if self.proposer.propose(token_ids, 1):
+                return True
+        return False
+
+    def begin_step(self, running: Sequence[Request], budget: int, may_draft: bool = True) -> None:
+        """Start scheduling a step, which drafts only if `may_draft` (no step in flight); a
+        batch proposer is then asked, once, for the drafts of every running decode that may
+        draft (`budget`: the step's whole token budget), and a per-request proposer later,
         by `drafts_for`, only for the decodes the budget reaches."""
-        if not isinstance(self.proposer, BatchProposer):
+        self.step_may_draft, self.step_drafts = may_draft, {}
+        if not may_draft or not isinstance(self.proposer, BatchProposer):
             return
         asks = []
         for request in running:
-            if request.num_tokens - request.num_computed_tokens != 1:
-                continue  # not a decode (a prefill chunk, or waiting for its sample)
-            if request.num_output_tokens == 0:
-                continue
+            if not _is_decode(request):
+                continue  # a prefill chunk, or waiting for its sample
             num_tokens = self.max_num_drafts(request, budget)
             if num_tokens > 0:
                 asks.append(DraftAsk(request.request_id, request.all_token_ids, num_tokens))
@@ -234,16 +264,11 @@ def make_speculator(
     return Speculator(proposer, config.num_speculative_tokens, max_model_len)
 
 
-def resolve_async_scheduling(config: EngineConfig, device_type: str) -> bool:
-    """Whether steps are pipelined: as configured (auto: on CUDA), never while speculating.
+def _may_speculate(request: Request) -> bool:
+    """`Speculator.can_speculate` whatever the request's last token (a sample in flight)."""
+    return request.sampling_params.can_speculate
 
-    A verify step's accepted length is known only once its samples are read, so the next
-    plan cannot be made before; with speculative decoding every step is synchronous.
-    """
-    if config.speculative_method is not None:
-        if config.async_scheduling:
-            logger.warning("async scheduling is off: speculative decoding runs steps in turn")
-        return False
-    if config.async_scheduling is not None:
-        return config.async_scheduling
-    return device_type == "cuda"
+
+def _is_decode(request: Request) -> bool:
+    """Whether the request's next chunk is a decode: one token to compute, an output."""
+    return request.num_tokens - request.num_computed_tokens == 1 and request.num_output_tokens > 0

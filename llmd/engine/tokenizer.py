@@ -158,6 +158,17 @@ def load_tokenizer(path_or_id: str, model_path: str | None = None) -> Tokenizer:
     return Tokenizer(hf_tokenizer, path_or_id, extra_eos_ids)
 
 
+def load_model_tokenizer(
+    model_path: object, hf_config: object, tokenizer: str | None, skip_tokenizer_init: bool
+) -> tuple[Tokenizer | None, tuple[int, ...]]:
+    """An engine's tokenizer (`tokenizer`, else the model's own; None when skipped) and its
+    EOS ids (without a tokenizer: from the model's config and generation config)."""
+    if skip_tokenizer_init:
+        return None, config_eos_token_ids(hf_config, model_path)
+    loaded = load_tokenizer(tokenizer or str(model_path), str(model_path))
+    return loaded, loaded.eos_token_ids
+
+
 def config_eos_token_ids(hf_config: object, model_path: object) -> tuple[int, ...]:
     """EOS ids from the model config and generation config, for engines without a tokenizer."""
     eos = getattr(hf_config, "eos_token_id", None)

@@ -31,6 +31,12 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def resolve_async_scheduling(configured: bool | None, device: torch.device) -> bool:
+    """Whether steps are pipelined: as configured, else on CUDA only (there the host's step
+    work hides behind the device's; a CPU runs both on the same cores)."""
+    return device.type == "cuda" if configured is None else configured
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """auto means bfloat16 on CUDA and on CPUs with native bf16 math, else float32.
 

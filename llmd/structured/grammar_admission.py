@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from llmd.engine.request import FinishReason, Request
 from llmd.engine.scheduler import Scheduler
 from llmd.engine.scheduler_output import SchedulerOutput
+from llmd.engine.servability import check_servable
 from llmd.engine.step_result import RequestUpdate
+from llmd.errors import InvalidParameterError
 from llmd.structured.compiling_requests import CompilingRequests, GrammarTimeoutError
-from llmd.structured.grammar_compiler import GrammarCompiler
+from llmd.structured.grammar_compiler import GrammarCompiler, build_llg_tokenizer
 from llmd.structured.grammar_stats import GrammarStats
 from llmd.structured.step_bitmask import build_step_bitmask
+
+if TYPE_CHECKING:
+    from llmd.engine.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +46,27 @@ class GrammarAdmission:
         self.stats = self.compiler.stats
         """Requests by kind, compiles, cache hits, failures and timeouts (for snapshots)."""
 
+    @classmethod
+    def for_tokenizer(
+        cls, tokenizer: Tokenizer, vocab_size: int, eos_token_ids: Sequence[int],
+        stats: GrammarStats,
+    ) -> GrammarAdmission:  # fmt: skip
+        """Admission for a model of `vocab_size` logits whose grammars compile against
+        `tokenizer` (llguidance's view of it is built on the compile thread, once)."""
+
+        def make_tokenizer() -> Any:
+            return build_llg_tokenizer(tokenizer.to_json(), vocab_size, eos_token_ids)
+
+        return cls(make_tokenizer, vocab_size, stats)
+
     def add(self, request: Request, scheduler: Scheduler, now: float) -> None:
-        """Admit `request` at once if its grammar is compiled, else hold it until it is."""
+        """Admit `request` at once if its grammar is compiled, else hold it until it is; one
+        the scheduler would refuse (its id in use, never servable) is refused now."""
+        if request.request_id in scheduler.requests:
+            raise InvalidParameterError(
+                f"request id {request.request_id!r} is already in use", "request_id"
+            )
+        check_servable(request, scheduler.config.max_model_len, scheduler.block_manager)
         spec = request.sampling_params.structured_outputs
         assert spec is not None  # the engine checks
         self.stats.record_request(spec.kind)
