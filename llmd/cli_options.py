@@ -55,6 +55,7 @@ ENGINE_FLAGS = (
     Flag("num_speculative_tokens"),
     Flag("prompt_lookup_min"),
     Flag("prompt_lookup_max"),
+    Flag("speculative_max_batch_size", show_default="any batch"),
     Flag("draft_model", show_default="none"),
 )
 """The engine flags of `llmd generate`, `llmd serve` and `llmd bench`, from EngineConfig."""

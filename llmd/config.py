@@ -94,13 +94,18 @@ class EngineConfig:
     """Speculative decoding: ngram (prompt lookup: drafts copied from where the last tokens
     occurred before, in the prompt or the output) or draft (a small model's greedy guesses,
     see draft_model), verified k at a time in one forward pass with the same output as
-    without it; None: off. Steps then run synchronously."""
+    without it; None: off. With async scheduling, the step in flight is applied before a
+    step that drafts (the drafts need its samples); plain decodes still pipeline."""
     num_speculative_tokens: int = 3
     """Draft tokens proposed and verified per request and step (speculative decoding)."""
     prompt_lookup_min: int = 2
     """Shortest suffix of a request's tokens the ngram proposer looks up."""
     prompt_lookup_max: int = 4
     """Longest suffix the ngram proposer looks up (longer matches are tried first)."""
+    speculative_max_batch_size: int | None = None
+    """Speculative decoding drafts only in steps with at most this many running requests;
+    None: at any batch. Verify steps of a large batch are compute-bound (n-gram drafts at
+    32 streams cost 8% of the output rate on a 2-core CPU, docs/benchmarks.md)."""
     draft_model: str | None = None
     """Speculative decoding's draft model (method draft): a local HF directory or hub id of
     a small model with the target's tokenizer (the same vocabulary size), run on the same
@@ -190,6 +195,8 @@ class EngineConfig:
             "num_speculative_tokens",
             f"must be <= {MAX_SPECULATIVE_TOKENS}, got {self.num_speculative_tokens}",
         )
+        if self.speculative_max_batch_size is not None:
+            _positive_int("speculative_max_batch_size", self.speculative_max_batch_size)
         _positive_int("prompt_lookup_min", self.prompt_lookup_min)
         _positive_int("prompt_lookup_max", self.prompt_lookup_max)
         require(

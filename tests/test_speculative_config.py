@@ -19,6 +19,8 @@ from llmd.sampling_params import SamplingParams
         ({"prompt_lookup_min": 0}, "prompt_lookup_min"),
         ({"prompt_lookup_max": 2.5}, "prompt_lookup_max"),
         ({"prompt_lookup_min": 5, "prompt_lookup_max": 3}, "prompt_lookup_min"),
+        ({"speculative_max_batch_size": 0}, "speculative_max_batch_size"),
+        ({"speculative_max_batch_size": True}, "speculative_max_batch_size"),
         ({"draft_model": "/models/draft"}, "draft_model"),  # a draft model with ngram
         ({"speculative_method": "draft"}, "draft_model"),  # the draft method without one
         ({"speculative_method": "draft", "draft_model": ""}, "draft_model"),

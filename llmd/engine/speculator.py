@@ -82,10 +82,13 @@ class Speculator:
         proposer: DraftProposer | BatchProposer,
         num_speculative_tokens: int,
         max_model_len: int,
+        max_batch_size: int | None = None,
     ) -> None:
         self.proposer = proposer
         self.num_speculative_tokens = num_speculative_tokens
         self.max_model_len = max_model_len
+        self.max_batch_size = max_batch_size
+        """Steps with more running requests draft nothing (None: no limit)."""
         self.totals = SpecDecodeCounts()
         """Counts since start (or the last reset)."""
         self.step_counts = SpecDecodeCounts()
@@ -124,6 +127,8 @@ class Speculator:
         would guess (a draft model always does; prompt lookup is tried on the tokens known,
         one behind). Asked before each step with async scheduling, where True costs the
         step its overlap; it looks up at most once per decode, as drafting does."""
+        if not self.is_batch_small_enough(running):
+            return False
         for request in running:
             if not _is_decode(request) or not _may_speculate(request):
                 continue
@@ -138,11 +143,16 @@ class Speculator:
                 return True
         return False
 
+    def is_batch_small_enough(self, running: Sequence[Request]) -> bool:
+        """Whether a step of these running requests may draft (`max_batch_size`)."""
+        return self.max_batch_size is None or len(running) <= self.max_batch_size
+
     def begin_step(self, running: Sequence[Request], budget: int, may_draft: bool = True) -> None:
         """Start scheduling a step, which drafts only if `may_draft` (no step in flight); a
         batch proposer is then asked, once, for the drafts of every running decode that may
         draft (`budget`: the step's whole token budget), and a per-request proposer later,
         by `drafts_for`, only for the decodes the budget reaches."""
+        may_draft = may_draft and self.is_batch_small_enough(running)
         self.step_may_draft, self.step_drafts = may_draft, {}
         if not may_draft or not isinstance(self.proposer, BatchProposer):
             return
@@ -261,7 +271,9 @@ def make_speculator(
         from llmd.spec.ngram_proposer import NgramProposer  # numpy: only when speculating
 
         proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
-    return Speculator(proposer, config.num_speculative_tokens, max_model_len)
+    return Speculator(
+        proposer, config.num_speculative_tokens, max_model_len, config.speculative_max_batch_size
+    )
 
 
 def _may_speculate(request: Request) -> bool:

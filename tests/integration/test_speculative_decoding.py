@@ -183,3 +183,31 @@ def test_stop_tokens_and_stop_strings_inside_an_accepted_run_end_it_there(model_
     assert outputs(llm) == want
     assert llm.engine.scheduler.speculator.totals.num_accepted_tokens > 0
     assert not llm.engine.has_unfinished_requests()
+
+
+def test_steps_with_more_running_requests_than_the_limit_do_not_draft(model_path, expected):
+    prompts = prompts_of()[:3]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        for max_tokens in (MAX_TOKENS, 8, 4)  # three run together at first, then fewer
+    ]
+
+    def running_counts_of_verify_steps(limit):
+        llm = make_llm(model_path, True, num_blocks=256, speculative_max_batch_size=limit)
+        llm.engine.scheduler.speculator.proposer = OracleProposer(prompts, expected[:3])
+        counts = []
+        execute = llm.engine.runner.execute
+
+        def recording_execute(plan):
+            if any(chunk.is_verify for chunk in plan.chunks):
+                counts.append(len(llm.engine.scheduler.running))
+            return execute(plan)
+
+        llm.engine.runner.execute = recording_execute
+        outputs = [output.token_ids for output in llm.generate(prompts, params)]
+        assert outputs == [want[: p.max_tokens] for want, p in zip(expected, params)]
+        return counts
+
+    assert max(running_counts_of_verify_steps(None)) == 3  # unlimited: all three draft
+    limited = running_counts_of_verify_steps(2)
+    assert limited and max(limited) <= 2
