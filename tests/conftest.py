@@ -32,6 +32,16 @@ def pytest_report_header(config):
     return f"llmd test daemons: async scheduling {mode} ({scheduling_mode.ENV_VAR}=0|1)"
 
 
+@pytest.fixture(scope="module")
+def single_thread():
+    """One intra-op thread for a module of tiny matmuls, which on a shared 2-core machine
+    run far faster without a thread team (modules opt in with `usefixtures`)."""
+    num_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(num_threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny Llama model with a real tokenizer (random weights, float32)."""

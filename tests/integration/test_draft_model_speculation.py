@@ -12,7 +12,6 @@ block or row outlives its request.
 
 from __future__ import annotations
 
-import itertools
 import shutil
 
 import pytest
@@ -22,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from llmd import LLM, SamplingParams
 from llmd.errors import InvalidParameterError, ModelNotFoundError
 from tests.checkpoints import make_tiny_checkpoint
+from tests.spec_counts import SamplingChunkCounter, assert_counts_reconcile
 from tests.tiny_model import make_tiny_model
 
 MAX_TOKENS = 24
@@ -174,28 +174,11 @@ def test_seeded_sampling_is_the_same_token_for_token(model_path, perturbed_path)
 def test_counters_reconcile_with_independently_counted_steps(model_path, perturbed_path, expected):
     prompt, want = PATTERN * 4, expected[0]
     llm = make_llm(model_path, perturbed_path, num_blocks=256)
-    num_sampling_steps = 0
-    execute = llm.engine.runner.execute
-
-    def counting_execute(plan):
-        nonlocal num_sampling_steps
-        num_sampling_steps += sum(1 for chunk in plan.chunks if chunk.is_sampling)
-        return execute(plan)
-
-    llm.engine.runner.execute = counting_execute
+    counter = SamplingChunkCounter(llm.engine.runner)
     (output,) = llm.generate([prompt], GREEDY)
     assert output.token_ids == want
-    totals = llm.engine.scheduler.speculator.totals
-    metrics = output.metrics  # the request's own counts: the only request, so the totals
-    assert (metrics.num_drafts, metrics.num_draft_tokens, metrics.num_accepted_tokens) == (
-        totals.num_drafts, totals.num_draft_tokens, totals.num_accepted_tokens,
-    )  # fmt: skip
-    assert totals.num_drafts > 0 and totals.num_accepted_tokens > 0
-    assert len(output.token_ids) == num_sampling_steps + totals.num_accepted_tokens
-    assert totals.num_accepted_tokens <= totals.num_draft_tokens
-    assert sum(totals.accepted_per_position) == totals.num_accepted_tokens
-    assert all(a >= b for a, b in itertools.pairwise(totals.accepted_per_position))
-    assert num_sampling_steps < len(want)  # speculation saved steps
+    assert_counts_reconcile(output, llm.engine.scheduler.speculator.totals,
+                            counter.num_sampling_chunks)  # fmt: skip
 
 
 def test_a_draft_of_another_vocabulary_or_none_at_all_is_refused_naming_draft_model(

@@ -27,6 +27,7 @@ from tests.integration.test_speculative_decoding import (
     token_ids,
 )
 from tests.oracle_proposer import OracleProposer
+from tests.spec_counts import SamplingChunkCounter, assert_counts_reconcile
 from tests.tiny_model import make_tiny_model
 
 SCENARIOS = {
@@ -132,26 +133,12 @@ def test_counters_reconcile_with_independently_counted_steps(model_path, expecte
     llm = async_llm(model_path, num_blocks=256)
     speculator = llm.engine.scheduler.speculator
     speculator.proposer = OracleProposer([prompt], [want], period)
-    num_sampling_steps = 0
-    launch = llm.engine.runner.launch  # both modes launch (a synchronous step then waits)
-
-    def counting_launch(plan):
-        nonlocal num_sampling_steps
-        num_sampling_steps += sum(1 for chunk in plan.chunks if chunk.is_sampling)
-        return launch(plan)
-
-    llm.engine.runner.launch = counting_launch
+    # Both modes launch (a synchronous step then waits): count there.
+    counter = SamplingChunkCounter(llm.engine.runner, "launch")
     (output,) = llm.generate([prompt], GREEDY)
     assert output.token_ids == want
-    totals = speculator.totals
-    metrics = output.metrics
-    assert (metrics.num_drafts, metrics.num_draft_tokens, metrics.num_accepted_tokens) == (
-        totals.num_drafts, totals.num_draft_tokens, totals.num_accepted_tokens,
-    )  # fmt: skip
-    assert 0 < totals.num_accepted_tokens < totals.num_draft_tokens
-    assert len(output.token_ids) == num_sampling_steps + totals.num_accepted_tokens
-    assert sum(totals.accepted_per_position) == totals.num_accepted_tokens
-    assert num_sampling_steps < len(want)  # speculation saved steps
+    assert_counts_reconcile(output, speculator.totals, counter.num_sampling_chunks)
+    assert speculator.totals.num_accepted_tokens < speculator.totals.num_draft_tokens
     if period == 2:  # misses two in a row: the backoff's two plain decodes overlap
         assert llm.engine.num_overlapped_steps > 0
 

@@ -11,12 +11,11 @@ every acceptance length happen on a random model, whose text rarely repeats itse
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from llmd import LLM, SamplingParams
 from tests.oracle_proposer import OracleProposer
+from tests.spec_counts import SamplingChunkCounter, assert_counts_reconcile
 from tests.tiny_model import make_tiny_model
 
 MAX_TOKENS = 24
@@ -108,29 +107,12 @@ def test_counters_reconcile_with_independently_counted_steps(model_path, expecte
     llm = make_llm(model_path, True, num_blocks=256)
     speculator = llm.engine.scheduler.speculator
     speculator.proposer = OracleProposer([prompt], [want], period=3)
-    num_sampling_steps = 0
-    execute = llm.engine.runner.execute
-
-    def counting_execute(plan):
-        nonlocal num_sampling_steps
-        num_sampling_steps += sum(1 for chunk in plan.chunks if chunk.is_sampling)
-        return execute(plan)
-
-    llm.engine.runner.execute = counting_execute
+    counter = SamplingChunkCounter(llm.engine.runner)
     (output,) = llm.generate([prompt], GREEDY)
     assert output.token_ids == want
     totals = speculator.totals
-    metrics = output.metrics  # the request's own counts: the only request, so the totals
-    assert (metrics.num_drafts, metrics.num_draft_tokens, metrics.num_accepted_tokens) == (
-        totals.num_drafts, totals.num_draft_tokens, totals.num_accepted_tokens,
-    )  # fmt: skip
-    assert metrics.mean_acceptance_length == totals.mean_acceptance_length > 1
-    assert len(output.token_ids) == num_sampling_steps + totals.num_accepted_tokens
-    assert totals.num_accepted_tokens <= totals.num_draft_tokens
-    assert sum(totals.accepted_per_position) == totals.num_accepted_tokens
-    per_position = totals.accepted_per_position
-    assert all(a >= b for a, b in itertools.pairwise(per_position))  # a prefix each time
-    assert num_sampling_steps < len(want)  # speculation saved steps
+    assert_counts_reconcile(output, totals, counter.num_sampling_chunks)
+    assert output.metrics.mean_acceptance_length == totals.mean_acceptance_length > 1
 
 
 def test_seeded_sampling_logprobs_and_min_tokens_are_the_same_token_for_token(model_path, expected):

@@ -44,13 +44,7 @@ PROMPT_LEN = 13
 BLOCK_SIZE = 4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny matmuls on a shared 2-core machine run far faster without intra-op threads."""
-    num_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(num_threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def llmd_logits(
