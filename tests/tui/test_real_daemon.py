@@ -61,17 +61,20 @@ async def test_chat_streams_the_reply_the_daemon_generates(daemon_address):
 
 
 class PausingClient(AsyncClient):
-    """An AsyncClient that pauses the daemon (SIGSTOP) as the first token of a stream arrives
-    and records each abort it sends, so a test orders Esc before the reply could finish.
+    """An AsyncClient that pauses the daemon (SIGSTOP) as the first token of a stream arrives,
+    holds the stream's later events until an abort is sent, and counts the aborts it sends,
+    so a test orders Esc before the reply could finish.
 
     The tiny model writes hundreds of tokens per second, so without the pause a loaded
-    machine can finish the whole reply before the key is handled."""
+    machine can finish the whole reply before the key is handled; without the hold, tokens
+    already in the socket could finish the reply in the app before Esc."""
 
     def __init__(self, address: str, pid: int) -> None:
         super().__init__(address)
         self.pid = pid
         self.is_paused = False
         self.num_aborts_sent = 0
+        self.abort_sent = asyncio.Event()
 
     def stream(self, prompt=None, **options):
         return self.pause_at_first_token(super().stream(prompt, **options))
@@ -82,11 +85,15 @@ class PausingClient(AsyncClient):
                 if isinstance(event, TokenDelta) and not self.is_paused:
                     os.kill(self.pid, signal.SIGSTOP)
                     self.is_paused = True
+                    yield event
+                    await self.abort_sent.wait()
+                    continue
                 yield event
 
     async def abort(self, request_id: str) -> None:
         await super().abort(request_id)
         self.num_aborts_sent += 1
+        self.abort_sent.set()
 
 
 MAX_ESCAPE_ATTEMPTS = 3
@@ -98,9 +105,10 @@ async def stop_at_first_token(address: str, pid: int) -> str | None:
     the reply's stats line; None when the reply ended before the key was handled.
 
     The daemon is stopped (SIGSTOP) as the first token reaches the client, but under load it
-    may have written all 229 tokens before the client read one: the app then finishes the
-    reply before Esc, or Esc's abort meets a finished request. Either attempt says nothing
-    about aborts, so the caller tries another reply."""
+    may have written all 229 tokens before the client read one: Esc's abort then meets a
+    finished request. That attempt says nothing about aborts, so the caller tries another
+    reply. The app learns the request's id from a message it handles on its own task, so the
+    key waits for that too."""
     client = PausingClient(address, pid)
     app = create_chat_app(client, address, params=LONG)
     try:
@@ -110,9 +118,12 @@ async def stop_at_first_token(address: str, pid: int) -> str | None:
             prompt.value = "Tell me a long story"
             await prompt.action_submit()
             deadline = time.monotonic() + 30
-            while not client.is_paused and time.monotonic() < deadline:
+            while time.monotonic() < deadline:
+                if client.is_paused and app.active_client_id is not None:
+                    break
                 await asyncio.sleep(0.002)
             assert client.is_paused and app.active_client_id is not None
+            assert app.conversation.is_waiting  # the held stream cannot have finished it
             app.simulate_key("escape")
             # The abort sits in the socket while the daemon is stopped; resume it then.
 
