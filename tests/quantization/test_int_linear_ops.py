@@ -14,7 +14,8 @@ from llmd.quantization.int4_linear import Int4Linear, int4_reference, pack_int4,
 from llmd.quantization.int8_linear import CPU_KERNEL_MAX_ROWS, Int8Linear, int8_reference
 from tests.quantization.test_int_kernels import random_weight
 
-ROW_COUNTS = (1, 3, 8, 17, 32)
+ROW_COUNTS = (1, 2, 3, 8, 17, 32)
+"""Activation rows: the int8 kernel streams weight rows at 1-2 and tiles them from 3."""
 RELATIVE_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 """Largest |op - reference| / max |reference|: float32 differs only in summation order;
 bfloat16 rounds the output once (half an ulp is 2^-9 of a value)."""

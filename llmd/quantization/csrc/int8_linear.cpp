@@ -3,11 +3,17 @@
 // scale per output row.
 //
 // A decode step is bound by the weight bytes it reads, and torch's int8 kernel stays far
-// from copy bandwidth at a few rows. Here each tile of 4 weight rows is read once for all
-// activation rows: 16 codes are widened to float32 lanes along K (vpmovsxbd + vcvtdq2ps on
-// AVX-512, the same generic vectors on AVX2), and each meets up to 4 activation rows with
-// one FMA apiece; the row's scale multiplies the finished dot product. Tiles of rows are
-// split across at::parallel_for threads.
+// from copy bandwidth at a few rows. Here each weight byte is read once for all activation
+// rows: 16 codes are widened to float32 lanes along K (vpmovsxbd + vcvtdq2ps on AVX-512,
+// the same generic vectors on AVX2) and meet the rows with one FMA apiece; the row's scale
+// multiplies the finished dot product. Rows are split across at::parallel_for threads.
+//
+// Two loops, measured on the 2-core EPYC (scripts/bench_quant_kernels.py, one thread):
+// - 1-2 activation rows read one weight row at a time, front to back: one sequential stream
+//   per thread is what the hardware prefetcher follows best (9-17 GB/s at one row, against
+//   6-8 for tiles of 4 weight rows read side by side, 4 streams one row apart);
+// - 3 or more rows are bound by the FMAs' operand loads instead, so tiles of 4 weight rows
+//   share each activation vector 4 times (5-7 GB/s at 4 rows, against 4-6 a row at a time).
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -21,9 +27,37 @@ namespace {
 using llmd_cpu::kMaxRowTile;
 using llmd_cpu::vec16;
 
-constexpr int kWeightRowTile = 4;       // weight rows per register tile
-constexpr int64_t kPrefetchBytes = 8192;  // how far ahead of each row's stream to prefetch
+constexpr int kWeightRowTile = 4;         // weight rows per register tile (3+ activation rows)
+constexpr int64_t kMaxStreamedRows = 2;   // activation rows that stream one weight row at a time
+constexpr int64_t kPrefetchBytes = 8192;  // how far ahead of each tile row's stream to prefetch
 constexpr int64_t kMinBytesPerTask = 1 << 14;  // fewer weight bytes cost more to hand out
+template <int MT>
+constexpr int kChains = 4 / MT;  // independent sums per lane hide the FMA latency
+
+// dots[m] = x[m] . row for MT (1 or 2) activation rows (x: [MT, K] float32).
+template <int MT>
+void dot_row(const float* __restrict__ x, int64_t k, const int8_t* __restrict__ row,
+             float dots[kMaxRowTile]) {
+  constexpr int C = kChains<MT>;
+  vec16 acc[MT][C] = {};
+  int64_t i = 0;
+  for (; i + 16 * C <= k; i += 16 * C) {
+    for (int c = 0; c < C; ++c) {
+      const vec16 w = llmd_cpu::widen_int8(row + i + 16 * c);
+      for (int m = 0; m < MT; ++m) acc[m][c] += llmd_cpu::load16(x + m * k + i + 16 * c) * w;
+    }
+  }
+  for (; i + 16 <= k; i += 16) {
+    const vec16 w = llmd_cpu::widen_int8(row + i);
+    for (int m = 0; m < MT; ++m) acc[m][0] += llmd_cpu::load16(x + m * k + i) * w;
+  }
+  for (int m = 0; m < MT; ++m) {
+    for (int c = 1; c < C; ++c) acc[m][0] += acc[m][c];
+    float sum = llmd_cpu::lane_sum16(acc[m][0]);
+    for (int64_t t = i; t < k; ++t) sum += x[m * k + t] * static_cast<float>(row[t]);
+    dots[m] = sum;
+  }
+}
 
 // dots[m][j] = x[m] . w[rows[j]] for MT activation rows (x: [MT, K] float32).
 template <int MT>
@@ -52,10 +86,25 @@ void dot_tile(const float* __restrict__ x, int64_t k, const int8_t* const rows[k
   }
 }
 
-// Computes result[m, n] for weight rows [n_begin, n_end) and all M activation rows.
-void int8_rows(const float* x, int64_t num_rows, int64_t k, const int8_t* codes,
-               const float* scales, const float* bias, int64_t n_begin, int64_t n_end,
-               int64_t n, float* result) {
+// result[m, r] for weight rows [n_begin, n_end) and 1-2 activation rows, a row at a time.
+void int8_rows_streamed(const float* x, int64_t num_rows, int64_t k, const int8_t* codes,
+                        const float* scales, const float* bias, int64_t n_begin, int64_t n_end,
+                        int64_t n, float* result) {
+  for (int64_t r = n_begin; r < n_end; ++r) {
+    float dots[kMaxRowTile];
+    if (num_rows == 1) {
+      dot_row<1>(x, k, codes + r * k, dots);
+    } else {
+      dot_row<2>(x, k, codes + r * k, dots);
+    }
+    for (int64_t m = 0; m < num_rows; ++m) result[m * n + r] = dots[m] * scales[r] + bias[r];
+  }
+}
+
+// result[m, r] for weight rows [n_begin, n_end) and all M activation rows, in 4x4 tiles.
+void int8_rows_tiled(const float* x, int64_t num_rows, int64_t k, const int8_t* codes,
+                     const float* scales, const float* bias, int64_t n_begin, int64_t n_end,
+                     int64_t n, float* result) {
   for (int64_t n0 = n_begin; n0 < n_end; n0 += kWeightRowTile) {
     const int8_t* rows[kWeightRowTile];
     for (int j = 0; j < kWeightRowTile; ++j)  // past the end: repeat the last row, unused
@@ -89,14 +138,23 @@ void int8_linear_op(at::Tensor out, const at::Tensor& x, const at::Tensor& codes
   const std::vector<float> xf = llmd_cpu::rows_as_float(x);
   const std::vector<float> bf = llmd_cpu::bias_as_float(bias, n);
   std::vector<float> result(static_cast<size_t>(num_rows * n));
-  const int64_t num_tiles = (n + kWeightRowTile - 1) / kWeightRowTile;
-  const int64_t grain = std::max<int64_t>(1, kMinBytesPerTask / (kWeightRowTile * k));
   const int8_t* code_data = codes.data_ptr<int8_t>();
   const float* scale_data = scales.data_ptr<float>();
-  at::parallel_for(0, num_tiles, grain, [&](int64_t begin, int64_t end) {
-    int8_rows(xf.data(), num_rows, k, code_data, scale_data, bf.data(), begin * kWeightRowTile,
-              std::min(n, end * kWeightRowTile), n, result.data());
-  });
+  if (num_rows <= kMaxStreamedRows) {
+    const int64_t grain = std::max<int64_t>(1, kMinBytesPerTask / k);
+    at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
+      int8_rows_streamed(xf.data(), num_rows, k, code_data, scale_data, bf.data(), begin, end,
+                         n, result.data());
+    });
+  } else {
+    const int64_t num_tiles = (n + kWeightRowTile - 1) / kWeightRowTile;
+    const int64_t grain = std::max<int64_t>(1, kMinBytesPerTask / (kWeightRowTile * k));
+    at::parallel_for(0, num_tiles, grain, [&](int64_t begin, int64_t end) {
+      int8_rows_tiled(xf.data(), num_rows, k, code_data, scale_data, bf.data(),
+                      begin * kWeightRowTile, std::min(n, end * kWeightRowTile), n,
+                      result.data());
+    });
+  }
   llmd_cpu::write_rows(out, result);
 }
 
