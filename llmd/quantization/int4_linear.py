@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llmd.quantization.decode_kernel import CPU_KERNEL_MAX_ROWS, DecodeKernel
 from llmd.quantization.grouped_weight import GroupedIntWeight, sorted_by_group
-from llmd.quantization.int8_linear import CPU_KERNEL_MAX_ROWS, load_int_linear_ops
+from llmd.quantization.int8_linear import load_int_linear_ops
 
 if TYPE_CHECKING:
     from llmd.layers.kernel_config import KernelConfig
@@ -90,6 +91,8 @@ class Int4Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.to(dtype), persistent=False)
         self.cpu_ops: Any | None = None
         """torch.ops.llmd_cpu once the runner selects the C++ CPU ops, else None."""
+        self.decode_kernel: DecodeKernel | None = None
+        """The C++ kernel with this layer's operands bound, for decode-sized batches."""
         # torch's packed weight and scales-and-zeros: made on first use, or when the runner
         # selects no C++ ops (buffers, so that weight bytes count them).
         self.register_buffer("aten_packed_weight", None, persistent=False)
@@ -103,12 +106,20 @@ class Int4Linear(nn.Module):
         if cpu_ops is not None and self.packed_weight is None:
             raise RuntimeError("this Int4Linear holds only torch's packing now (configured once)")
         self.cpu_ops = cpu_ops
+        self.decode_kernel = None
         if cpu_ops is None:
             self.build_aten_operands()
             self.packed_weight = None
+        elif self.column_order is None:  # act-order rows are permuted first: the full path
+            operands = (
+                self.packed_weight, self.scales, self.zero_points, self.group_size, self.bias
+            )  # fmt: skip
+            self.decode_kernel = DecodeKernel(cpu_ops.int4_linear.default, operands, self)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., in_features] -> [..., out_features]."""
+        if self.decode_kernel is not None and self.decode_kernel.takes(hidden):
+            return self.decode_kernel(hidden)
         rows = hidden.reshape(-1, self.in_features)  # [M, K]
         if self.column_order is not None:
             rows = rows.index_select(1, self.column_order)

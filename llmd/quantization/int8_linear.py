@@ -15,16 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llmd.quantization.decode_kernel import CPU_KERNEL_MAX_ROWS, DecodeKernel
 from llmd.quantization.grouped_weight import GroupedIntWeight
 
 if TYPE_CHECKING:
     from llmd.layers.kernel_config import KernelConfig
-
-CPU_KERNEL_MAX_ROWS = 16
-"""Most rows a call runs on llmd's C++ kernels; more (a prefill, a large decode batch) take
-the dense path, dequantize then GEMM: on one Xeon thread, gate_up (3072 x 576) in bf16 at 16
-rows took 0.72-0.76 ms on the kernels against 0.84-1.19 dequantized, at 32 rows 1.36-1.62
-against 0.91-0.98, and at 512 rows 2.6 ms against aten's 24-26."""
 
 
 def can_run_int8(weight: GroupedIntWeight, device: torch.device) -> bool:
@@ -63,13 +58,22 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.to(dtype), persistent=False)
         self.cpu_ops: Any | None = None
         """torch.ops.llmd_cpu once the runner selects the C++ CPU ops, else None."""
+        self.decode_kernel: DecodeKernel | None = None
+        """The C++ kernel with this layer's operands bound, for decode-sized batches."""
 
     def use_kernel_config(self, config: KernelConfig) -> None:
-        """Run on llmd's C++ int8 kernels when `config` selects the CPU ops."""
+        """Run on llmd's C++ int8 kernels when `config` selects the CPU ops (call it after
+        the module last moved: the decode kernel holds its tensors)."""
         self.cpu_ops = load_int_linear_ops(config, self.dtype)
+        self.decode_kernel = None
+        if self.cpu_ops is not None:
+            operands = (self.codes, self.scales, self.bias)
+            self.decode_kernel = DecodeKernel(self.cpu_ops.int8_linear.default, operands, self)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., in_features] -> [..., out_features]."""
+        if self.decode_kernel is not None and self.decode_kernel.takes(hidden):
+            return self.decode_kernel(hidden)
         rows = hidden.reshape(-1, self.in_features).contiguous()  # [M, K]
         if self.cpu_ops is not None and rows.dtype == self.dtype:
             out = self.cpu_forward(rows, self.cpu_ops)

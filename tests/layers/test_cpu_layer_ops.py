@@ -21,6 +21,7 @@ from llmd.layers.attention import PagedSelfAttention
 from llmd.layers.kernel_config import KernelConfig
 from llmd.layers.norm import RMSNorm
 from llmd.layers.rotary import apply_rotary
+from tests.cpu_op_calls import llmd_ops_run
 
 BF16 = torch.bfloat16
 BF16_NORM_TOLERANCE = {"rtol": 2**-6, "atol": 0.0}
@@ -102,17 +103,6 @@ def test_bad_inputs_are_typed_errors_naming_the_argument(ops):
         ops.silu_and_mul(torch.empty(2, 3), torch.ones(2, 8))
 
 
-class _CallLog:
-    """Forwards to the extension's ops and records which were called."""
-
-    def __init__(self, ops) -> None:
-        self.ops, self.called = ops, []
-
-    def __getattr__(self, name: str):
-        self.called.append(name)
-        return getattr(self.ops, name)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, BF16])
 def test_rms_norm_layer_uses_the_op_for_float32_and_bf16_rows_and_torch_otherwise(ops, dtype):
     torch.manual_seed(3)
@@ -123,28 +113,28 @@ def test_rms_norm_layer_uses_the_op_for_float32_and_bf16_rows_and_torch_otherwis
     plain.to(dtype)
     fused.to(dtype)
     fused.use_kernel_config(KernelConfig(use_cpu_ops=True))
-    fused._cpu_ops = log = _CallLog(fused._cpu_ops)
     hidden, residual = torch.randn(6, 48, dtype=dtype), torch.randn(6, 48, dtype=dtype)
     want_normed, want_sum = plain(hidden.clone(), residual.clone())
-    got_normed, got_sum = fused(hidden.clone(), residual.clone())
-    assert log.called == ["fused_add_rms_norm"]
+    called, (got_normed, got_sum) = llmd_ops_run(lambda: fused(hidden.clone(), residual.clone()))
+    assert called == ["fused_add_rms_norm"]
     assert torch.equal(got_sum, want_sum)
     tolerance = BF16_NORM_TOLERANCE if dtype == BF16 else {"rtol": 1e-6, "atol": 1e-6}
     torch.testing.assert_close(got_normed, want_normed, **tolerance)
-    torch.testing.assert_close(fused(hidden), plain(hidden), **tolerance)
-    assert log.called == ["fused_add_rms_norm", "rms_norm"]
+    called, normed = llmd_ops_run(lambda: fused(hidden))
+    assert called == ["rms_norm"]
+    torch.testing.assert_close(normed, plain(hidden), **tolerance)
     heads = torch.randn(6, 4, 48, dtype=dtype)  # 3-D (q/k norm): always the torch ops
-    torch.testing.assert_close(fused(heads), plain(heads), rtol=0, atol=0)
-    assert len(log.called) == 2
+    called, normed = llmd_ops_run(lambda: fused(heads))
+    assert called == []
+    torch.testing.assert_close(normed, plain(heads), rtol=0, atol=0)
 
 
 def test_rms_norm_layer_keeps_torch_ops_for_bf16_rows_with_a_float32_weight(ops):
     """A mixed pair promotes to float32 in torch; the op (one dtype) must not take it."""
     norm = RMSNorm(8, 1e-6)  # float32 weight
     norm.use_kernel_config(KernelConfig(use_cpu_ops=True))
-    norm._cpu_ops = log = _CallLog(norm._cpu_ops)
-    normed = norm(torch.randn(3, 8, dtype=BF16))
-    assert log.called == [] and normed.dtype == torch.float32
+    called, normed = llmd_ops_run(lambda: norm(torch.randn(3, 8, dtype=BF16)))
+    assert called == [] and normed.dtype == torch.float32
 
 
 def test_rms_norm_layer_keeps_torch_ops_for_a_residual_it_cannot_take(ops):
@@ -248,16 +238,15 @@ def test_bf16_attention_rotates_with_the_op_and_matches_torch(ops, qk_norm):
     layers = [PagedSelfAttention(64, 4, 2, 16, b, qk_norm_eps=eps).to(BF16) for b in backends]
     layers[1].load_state_dict(layers[0].state_dict())
     layers[1].use_kernel_config(KernelConfig(use_cpu_ops=True))
-    layers[1]._cpu_ops = log = _CallLog(layers[1]._cpu_ops)
     hidden = torch.randn(7, 64).to(BF16)
     angles = torch.rand(7, 1, 8) * 6
     cos, sin = angles.cos().to(BF16), angles.sin().to(BF16)
     with torch.inference_mode():
-        for layer in layers:
-            layer(hidden, cos, sin, (None, None), None)
+        layers[0](hidden, cos, sin, (None, None), None)
+        called, _ = llmd_ops_run(lambda: layers[1](hidden, cos, sin, (None, None), None))
     for got, want in zip(backends[1].seen, backends[0].seen, strict=True):
         assert torch.equal(got, want)
-    assert log.called == ["rotary_embedding"] * (2 if qk_norm else 1)
+    assert called == ["rotary_embedding"] * (2 if qk_norm else 1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, BF16])

@@ -12,6 +12,7 @@ from llmd.layers.kernel_config import KernelConfig
 from llmd.quantization.grouped_weight import GroupedIntWeight
 from llmd.quantization.int4_linear import Int4Linear, int4_reference, pack_int4, unpack_int4
 from llmd.quantization.int8_linear import CPU_KERNEL_MAX_ROWS, Int8Linear, int8_reference
+from tests.cpu_op_calls import llmd_ops_run
 from tests.quantization.test_int_kernels import random_weight
 
 ROW_COUNTS = (1, 2, 3, 8, 17, 32)
@@ -155,6 +156,31 @@ def test_layers_dispatch_to_kernels_or_dense_path(cpu_ops, dtype, num_rows):
     hidden = rows(num_rows, 128, dtype)
     assert_close(int4_layer(hidden), int4_reference(hidden, int4, bias[:40]), dtype)
     assert int4_layer.aten_packed_weight is None  # torch's packing is never made under the C++ ops
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_rows_with_gaps_run_in_place_on_the_bound_kernel(cpu_ops, dtype):
+    """Decode rows (2-D, rows strided by a gap of NaN) go straight to the bound kernel, which
+    must read each row in place and never the gap; other shapes take the general path."""
+    int8 = grouped_weight(48, 96, 8, 96)
+    int4 = grouped_weight(40, 128, 4, 64, has_zero_points=True)
+    layers = [(Int8Linear(int8, None, dtype), int8_reference, int8, "int8_linear")]
+    layers.append((Int4Linear(int4, None, dtype), int4_reference, int4, "int4_linear"))
+    for layer, reference, weight, op_name in layers:
+        layer.use_kernel_config(CPU_OPS)
+        in_features = weight.shape[1]
+        wide = torch.full((3, in_features + 8), float("nan"), dtype=dtype)
+        wide[:, :in_features] = rows(3, in_features, dtype)
+        hidden = wide[:, :in_features]  # [3, K], row stride K + 8
+        assert layer.decode_kernel is not None and layer.decode_kernel.takes(hidden)
+        called, out = llmd_ops_run(lambda: layer(hidden))  # noqa: B023 (run at once)
+        assert called == [op_name]
+        assert_close(out, reference(hidden, weight, None), dtype)
+        batched = hidden.reshape(1, 3, in_features)  # 3-D: the general path, same answer
+        assert not layer.decode_kernel.takes(batched)
+        assert torch.equal(layer(batched), out.reshape(1, 3, -1))
+        assert not layer.decode_kernel.takes(rows(CPU_KERNEL_MAX_ROWS + 1, in_features, dtype))
+        assert not layer.decode_kernel.takes(hidden.to(torch.float16))
 
 
 @pytest.mark.parametrize("num_rows", [1, 5, CPU_KERNEL_MAX_ROWS + 3])
