@@ -262,16 +262,32 @@ class BlockManager:
         shared, are evicted before its head.
         """
         for block_id in reversed(request.block_ids):
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            if block.ref_count < 0:
-                raise KVCacheIntegrityError(f"{block} freed more often than allocated")
-            if block.ref_count == 0:
-                self.num_used_blocks -= 1
-                self.free_queue.append(block)
-                if block.block_hash is not None:
-                    self.num_cached_free += 1
+            self._release(self.blocks[block_id])
         request.block_ids = []
+
+    def free_tail(self, request: Request, num_tokens: int) -> int:
+        """Release the request's blocks past those `num_tokens` tokens fill; return how many.
+
+        A verify step allocates blocks for every draft, and blocks that only rejected drafts
+        reached hold nothing the request will read: they return to the pool at once (the
+        next plan allocates again if the request drafts again)."""
+        num_kept = self.num_blocks_for(num_tokens)
+        tail = request.block_ids[num_kept:]
+        for block_id in reversed(tail):
+            self._release(self.blocks[block_id])
+        del request.block_ids[num_kept:]
+        return len(tail)
+
+    def _release(self, block: KVBlock) -> None:
+        """Drop one reference; an unreferenced block joins the free queue (cached or not)."""
+        block.ref_count -= 1
+        if block.ref_count < 0:
+            raise KVCacheIntegrityError(f"{block} freed more often than allocated")
+        if block.ref_count == 0:
+            self.num_used_blocks -= 1
+            self.free_queue.append(block)
+            if block.block_hash is not None:
+                self.num_cached_free += 1
 
     def _touch(self, block: KVBlock) -> None:
         if block.ref_count == 0:

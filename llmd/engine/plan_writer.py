@@ -74,6 +74,14 @@ class PlanWriter:
         output.chunks.append(chunk)
         return chunk
 
+    def on_table_cut(self, request_id: str, num_blocks: int) -> None:
+        """The request's table was cut to `num_blocks` (a verify step's rejected drafts):
+        blocks it grows into later are new to the runner, sent for the columns they take
+        (`ScheduledChunk.num_blocks` tells the runner where the table ends)."""
+        num_sent = self._num_blocks_sent.get(request_id)
+        if num_sent is not None and num_blocks < num_sent:
+            self._num_blocks_sent[request_id] = num_blocks
+
     def on_preempted(self, request_id: str, output: SchedulerOutput) -> None:
         """The request lost its blocks in this plan: the runner frees its row."""
         self._num_blocks_sent.pop(request_id, None)

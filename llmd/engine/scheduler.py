@@ -309,6 +309,7 @@ class Scheduler:
                 reason, stop_reason = self.speculator.apply_verified(
                     chunk, verified_token_ids[request.request_id], self.block_manager, now
                 )
+                self.plan_writer.on_table_cut(request.request_id, len(request.block_ids))
                 if reason is not None:
                     self.finish_request(request.request_id, reason, stop_reason, now)
                     finished.append(request)

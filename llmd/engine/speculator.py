@@ -207,9 +207,10 @@ class Speculator:
         """Keep a verify chunk's accepted run; returns the finish reason it ended with.
 
         The chunk's input token and its accepted drafts have their K/V cached now, so
-        `num_computed_tokens` moves past them only: the rejected drafts' slots are written
-        over by the next step, and only full blocks of accepted tokens are cached. The run's
-        tokens are appended one at a time under the stop rules; none after a stop is kept.
+        `num_computed_tokens` moves past them only: blocks that only rejected drafts reached
+        go back to the pool (the rest of their slots are written over by the next step), and
+        only full blocks of accepted tokens are cached. The run's tokens are appended one at
+        a time under the stop rules; none after a stop is kept.
         """
         request = chunk.request
         assert request is not None  # the scheduler's own plans carry their requests
@@ -239,6 +240,8 @@ class Speculator:
         # The input token and the drafts before the last kept token have their K/V now.
         request.num_computed_tokens += num_kept
         block_manager.cache_full_blocks(request)
+        if reason is None:  # the next step writes the last kept token's K/V: keep its slot
+            block_manager.free_tail(request, request.num_computed_tokens + 1)
         return reason, stop_reason
 
     def take_step_counts(self) -> SpecDecodeCounts:

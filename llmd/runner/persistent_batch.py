@@ -24,11 +24,12 @@ from llmd.runner.sampling_batch import is_plain_greedy
 
 @dataclass
 class _Row:
-    """What one row of the table holds: whose blocks, and how many are written."""
+    """What one row of the table holds: whose blocks, and how many the runner was sent."""
 
     index: int
     state: RequestState
-    num_written: int
+    num_blocks: int = 0
+    """Length of the request's table as the runner last wrote it (a cut shortens it)."""
 
 
 class PersistentBatch:
@@ -91,6 +92,7 @@ class PersistentBatch:
         row_indices: list[int] = []
         positions: list[int] = []
         tokens: list[int] = []
+        cuts: list[tuple[int, int]] = []  # (row, blocks left) of tables cut since sent
         rows_get = self._rows.get
         for chunk in plan.chunks:
             positions.append(chunk.num_computed_tokens)
@@ -104,8 +106,16 @@ class PersistentBatch:
                 )
             new_block_ids = chunk.new_block_ids
             if new_block_ids:
-                num_written = row.num_written
-                num_blocks = num_written + len(new_block_ids)
+                # A table may have been cut since (rejected drafts' blocks): the new blocks
+                # take the columns just before `chunk.num_blocks`, over the cut ones.
+                num_blocks = chunk.num_blocks
+                num_written = num_blocks - len(new_block_ids)
+                if num_written < 0:
+                    raise LLMDError(
+                        f"the plan sends request {chunk.request_id} {len(new_block_ids)} new "
+                        f"blocks for a table of {num_blocks}",
+                        "plan",
+                    )
                 if num_blocks > self.max_blocks_per_seq:
                     raise LLMDError(
                         f"request {chunk.request_id} has {num_blocks} blocks, more than the "
@@ -115,9 +125,16 @@ class PersistentBatch:
                 write_rows.extend([row.index] * len(new_block_ids))
                 write_cols.extend(range(num_written, num_blocks))
                 write_ids.extend(new_block_ids)
-                row.num_written = num_blocks
+            if chunk.num_blocks < row.num_blocks:
+                cuts.append((row.index, chunk.num_blocks))
+            if new_block_ids or chunk.num_blocks < row.num_blocks:
+                row.num_blocks = chunk.num_blocks
             row_indices.append(row.index)
         self._zero(zeroed)
+        for row_index, num_blocks in cuts:  # past a cut table: zero, as past any table
+            self.host_block_tables[row_index, num_blocks:] = 0
+            self.block_tables[row_index, num_blocks:] = 0
+            self.num_blocks[row_index] = num_blocks
         if write_ids:
             self.host_block_tables[write_rows, write_cols] = write_ids
             np.maximum.at(self.num_blocks, write_rows, np.asarray(write_cols) + 1)
@@ -152,11 +169,11 @@ class PersistentBatch:
                     f"more than {self.block_tables.shape[0]} requests in one batch",
                     "max_num_seqs",
                 )
-            row = _Row(self._free_rows.pop(), RequestState.of(data), 0)
+            row = _Row(self._free_rows.pop(), RequestState.of(data))
             self._rows[data.request_id] = row
         else:  # re-sent whole (after a failed step): rewrite the row
             zeroed.append(row.index)
-            row.state, row.num_written = RequestState.of(data), 0
+            row.state, row.num_blocks = RequestState.of(data), 0
         if is_plain_greedy(data.sampling_params):
             self.sampled_request_ids.discard(data.request_id)
         else:

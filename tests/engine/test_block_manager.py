@@ -154,3 +154,30 @@ def test_double_free_is_a_typed_integrity_error():
     request.block_ids = block_ids
     with pytest.raises(KVCacheIntegrityError, match="freed more often than allocated"):
         manager.free(request)
+
+
+def test_free_tail_returns_blocks_past_the_tokens_kept_and_keeps_cached_ones_reusable():
+    manager = BlockManager(num_blocks=8, block_size=4)
+    request = make_request(num_prompt_tokens=9)
+    assert manager.allocate_slots(request, 9 + 6)  # 15 tokens: 4 blocks
+    request.num_computed_tokens = 8
+    manager.cache_full_blocks(request)  # the first two blocks are cached
+    head = request.block_ids[:3]
+    assert manager.free_tail(request, 9) == 1  # 9 tokens fill 3 blocks; the fourth goes
+    assert request.block_ids == head
+    assert manager.usage().num_used == 3
+    assert manager.free_tail(request, 9) == 0  # nothing past them: a no-op
+    assert manager.free_tail(request, 4) == 2  # a cached block keeps its prefix when freed
+    usage = manager.usage()
+    assert (usage.num_used, usage.num_cached) == (1, 1)
+    manager.check_integrity([request])
+    manager.free(request)
+    with pytest.raises(KVCacheIntegrityError, match="freed more often"):
+        manager.free_tail(make_request_holding(manager, head[:1]), 0)
+
+
+def make_request_holding(manager: BlockManager, block_ids: list[int]):
+    """A request whose table names blocks it never allocated (a double free)."""
+    request = make_request(num_prompt_tokens=1)
+    request.block_ids = list(block_ids)
+    return request

@@ -193,3 +193,45 @@ def test_steps_with_more_running_requests_than_the_limit_do_not_draft(model_path
     assert max(running_counts_of_verify_steps(None)) == 3  # unlimited: all three draft
     limited = running_counts_of_verify_steps(2)
     assert limited and max(limited) <= 2
+
+
+def test_blocks_only_rejected_drafts_reached_go_back_and_the_runner_follows(
+    model_path, expected, monkeypatch
+):
+    """After a verify step a request keeps the blocks of its kept tokens and its next slot
+    only; in a small pool the released blocks go to others, and the runner's table rows
+    must hold the scheduler's block ids, column for column, after every step."""
+    prompts = prompts_of()
+    llm = make_llm(model_path, True, num_blocks=40, max_num_batched_tokens=32)
+    engine = llm.engine
+    engine.scheduler.speculator.proposer = OracleProposer(prompts, expected, period=2)
+    block_manager, persistent = engine.block_manager, engine.runner.persistent_batch
+    released: list[int] = []
+    free_tail = block_manager.free_tail
+
+    def recording_free_tail(request, num_tokens):
+        num_released = free_tail(request, num_tokens)
+        released.append(num_released)
+        assert len(request.block_ids) == block_manager.num_blocks_for(num_tokens)
+        return num_released
+
+    monkeypatch.setattr(block_manager, "free_tail", recording_free_tail)
+    step = engine.step
+    num_rows_checked = 0
+
+    def checked_step():
+        nonlocal num_rows_checked
+        result = step()
+        for request in engine.scheduler.running:
+            row = persistent.row_of(request.request_id)
+            if row is not None and request.block_ids:
+                table = persistent.host_block_tables[row, : len(request.block_ids)]
+                assert table.tolist() == request.block_ids, request.request_id
+                num_rows_checked += 1
+        return result
+
+    monkeypatch.setattr(engine, "step", checked_step)
+    assert token_ids(llm, prompts) == expected
+    assert sum(released) > 0 and num_rows_checked > 0
+    assert engine.scheduler.num_preemptions > 0  # the pool was tight: blocks changed hands
+    assert block_manager.usage().num_used == 0

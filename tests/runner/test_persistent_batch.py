@@ -249,3 +249,38 @@ def test_arrays_travel_in_one_buffer_each_16_byte_aligned(dtype):
             assert tensor.tolist() == array.tolist()
             assert tensor.data_ptr() % ALIGN_BYTES == 0
         assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1  # one transfer
+
+
+def test_a_cut_table_is_zeroed_past_its_end_and_regrown_blocks_take_the_cut_columns():
+    """After a verify step's rejected drafts lose their blocks, the next plan's chunk says
+    the shorter length: the row is zeroed past it, and blocks the table grows into again
+    land in the columns they take, whatever blocks the row held there before."""
+    scheduler = make_scheduler(num_blocks=40, block_size=BLOCK_SIZE, max_model_len=MAX_MODEL_LEN)
+    persistent = PersistentBatch(4, MAX_MODEL_LEN // BLOCK_SIZE, CPU)
+    request = make_request(num_prompt_tokens=6, max_tokens=30)
+    scheduler.add_request(request)
+    plan = scheduler.schedule()
+    build_step_batch(plan, BLOCK_SIZE, persistent)
+    scheduler.update_from_output(plan, {request.request_id: 7})  # 7 tokens, 2 blocks
+    assert scheduler.block_manager.allocate_slots(request, 9)  # as if for 8 drafts: 4 blocks
+    plan = scheduler.schedule()
+    build_step_batch(plan, BLOCK_SIZE, persistent)
+    row = persistent.row_of(request.request_id)
+    assert persistent.host_block_tables[row, :4].tolist() == request.block_ids
+    scheduler.update_from_output(plan, {request.request_id: 8})
+    cut_ids = request.block_ids[2:]
+    cut = scheduler.block_manager.free_tail(request, request.num_computed_tokens + 1)
+    scheduler.plan_writer.on_table_cut(request.request_id, len(request.block_ids))
+    assert cut == 2 and len(request.block_ids) == 2
+    plan = scheduler.schedule()  # a plain decode: the chunk carries the cut length
+    build_step_batch(plan, BLOCK_SIZE, persistent)
+    assert persistent.host_block_tables[row, :2].tolist() == request.block_ids
+    assert not persistent.host_block_tables[row, 2:].any()
+    assert not persistent.block_tables[row, 2:].any()
+    scheduler.update_from_output(plan, {request.request_id: 9})
+    assert scheduler.block_manager.allocate_slots(request, 8)  # grows back to 4 blocks
+    assert request.block_ids[2:] != cut_ids  # the freed blocks queue behind the free ones
+    plan = scheduler.schedule()
+    build_step_batch(plan, BLOCK_SIZE, persistent)
+    assert persistent.host_block_tables[row, :4].tolist() == request.block_ids
+    assert persistent.block_tables[row, :4].tolist() == request.block_ids
