@@ -55,20 +55,6 @@ void dot_tile_fma(const float* __restrict__ x, int64_t k, const W* const w[kWeig
 }
 
 #ifdef __AVX512BF16__
-// The four sums of four 16-lane vectors, as one vector [sum a, sum b, sum c, sum d]: halves
-// added, then three horizontal adds (13 instructions against 4 x 8 for separate reductions,
-// which at K = 384 cost a third as much as the dot products themselves).
-inline __m128 sum_each(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const auto half_sum = [](__m512 v) {
-    return _mm256_add_ps(_mm512_castps512_ps256(v),
-                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  };
-  const __m256 ab = _mm256_hadd_ps(half_sum(a), half_sum(b));
-  const __m256 cd = _mm256_hadd_ps(half_sum(c), half_sum(d));
-  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // per 128-bit half: a, b, c, d partial sums
-  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-
 // The same for bf16 rows and weights: 32 K-values a step, pairs summed by vdpbf16ps.
 template <int MT>
 void dot_tile_bf16(const c10::BFloat16* __restrict__ x, int64_t k,
@@ -88,7 +74,7 @@ void dot_tile_bf16(const c10::BFloat16* __restrict__ x, int64_t k,
     }
   }
   for (int m = 0; m < MT; ++m) {
-    _mm_storeu_ps(dots[m], sum_each(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
+    _mm_storeu_ps(dots[m], llmd_cpu::sum_each(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
     for (int j = 0; j < kWeightRowTile; ++j)
       for (int64_t t = i; t < k; ++t)
         dots[m][j] += static_cast<float>(x[m * k + t]) * static_cast<float>(w[j][t]);

@@ -15,6 +15,10 @@
 
 #include "../../attention/csrc/vec_math.h"
 
+#ifdef __AVX512BF16__
+#include <immintrin.h>
+#endif
+
 namespace llmd_cpu {
 
 typedef int8_t i8x16 __attribute__((vector_size(16), aligned(1)));
@@ -126,5 +130,21 @@ inline void store16_bf16(uint16_t* p, vec16 v) {
 }
 
 inline float lane_sum16(vec16 v) { return lane_sum(low_half(v) + high_half(v)); }
+
+#ifdef __AVX512BF16__
+// The four sums of four 16-lane vectors, as one vector [sum a, sum b, sum c, sum d]: halves
+// added, then three horizontal adds (13 instructions against 4 x 8 for separate reductions,
+// which at K = 384 cost a third as much as the dot products themselves).
+inline __m128 sum_each(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const auto half_sum = [](__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  };
+  const __m256 ab = _mm256_hadd_ps(half_sum(a), half_sum(b));
+  const __m256 cd = _mm256_hadd_ps(half_sum(c), half_sum(d));
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // per 128-bit half: a, b, c, d partial sums
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+#endif
 
 }  // namespace llmd_cpu
