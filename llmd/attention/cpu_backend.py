@@ -50,19 +50,24 @@ class CpuAttentionBackend(AttentionBackend):
         reads them in place.
         """
         query, metadata = inputs.query, inputs.metadata
-        op_dtype = query.dtype if query.dtype in CPU_OP_DTYPES else torch.float32
-        cache_dtype = inputs.k_cache.dtype
-        # An fp8 cache takes K/V in the op's dtype and quantizes them with the layer's
-        # scales; other caches hold K/V themselves (scales 1.0).
-        is_fp8 = cache_dtype == torch.float8_e4m3fn
-        kv_dtype = op_dtype if is_fp8 else cache_dtype
-        k_scale, v_scale = (inputs.k_scale, inputs.v_scale) if is_fp8 else (1.0, 1.0)
+        query_dtype, cache_dtype = query.dtype, inputs.k_cache.dtype
+        if query_dtype == cache_dtype and query_dtype in CPU_OP_DTYPES:
+            # The common case (K/V cached in the model's dtype): nothing to convert.
+            op_dtype = kv_dtype = query_dtype
+            k_scale = v_scale = 1.0
+        else:
+            op_dtype = query_dtype if query_dtype in CPU_OP_DTYPES else torch.float32
+            # An fp8 cache takes K/V in the op's dtype and quantizes them with the layer's
+            # scales; other caches hold K/V themselves (scales 1.0).
+            is_fp8 = cache_dtype == torch.float8_e4m3fn
+            kv_dtype = op_dtype if is_fp8 else cache_dtype
+            k_scale, v_scale = (inputs.k_scale, inputs.v_scale) if is_fp8 else (1.0, 1.0)
         out = torch.empty(query.shape, dtype=op_dtype)  # [num_tokens, heads, head_dim]
         self._op(
             out,
-            _token_rows(query.to(op_dtype)),
-            _token_rows(inputs.key.to(kv_dtype)),
-            _token_rows(inputs.value.to(kv_dtype)),
+            _token_rows(query, op_dtype),
+            _token_rows(inputs.key, kv_dtype),
+            _token_rows(inputs.value, kv_dtype),
             inputs.k_cache,
             inputs.v_cache,
             metadata.slot_mapping,
@@ -73,12 +78,16 @@ class CpuAttentionBackend(AttentionBackend):
             k_scale,
             v_scale,
         )
-        return out if op_dtype == query.dtype else out.to(query.dtype)
+        return out if op_dtype == query_dtype else out.to(query_dtype)
 
 
-def _token_rows(heads: torch.Tensor) -> torch.Tensor:
-    """`heads` [tokens, heads, head_dim] as the op reads it: each token's heads contiguous,
-    any stride between tokens (a view into qkv stays a view; anything else is copied)."""
-    if heads.stride(2) == 1 and heads.stride(1) == heads.shape[2]:
+def _token_rows(heads: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`heads` [tokens, heads, head_dim] in `dtype` as the op reads it: each token's heads
+    contiguous, any stride between tokens (a view into qkv stays a view; anything else is
+    converted or copied)."""
+    if heads.dtype != dtype:
+        heads = heads.to(dtype)
+    _, head_stride, dim_stride = heads.stride()
+    if dim_stride == 1 and head_stride == heads.shape[2]:
         return heads
     return heads.contiguous()

@@ -97,11 +97,13 @@ def cpu_flags() -> str:
 
 
 def load_paged_attention_op():
-    """Return torch.ops.llmd_cpu.paged_attention, building it first if no cached build fits.
+    """Return torch.ops.llmd_cpu.paged_attention's overload (called once per layer and step,
+    where the op packet's dispatch costs ~0.6 us more), building it first if no cached build
+    fits.
 
     Raises CpuExtensionUnavailableError with the reason when building is impossible.
     """
-    return load_cpu_ops().paged_attention
+    return load_cpu_ops().paged_attention.default
 
 
 @functools.cache

@@ -58,7 +58,7 @@ class GatedActivation(nn.Module):
         if config.use_cpu_ops:
             from llmd.attention.cpu_extension import load_cpu_ops
 
-            self._cpu_silu_and_mul = load_cpu_ops().silu_and_mul
+            self._cpu_silu_and_mul = load_cpu_ops().silu_and_mul.default  # not the op packet
 
     def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
         """Return the gated activation; [num_tokens, 2 * d] -> [num_tokens, d]."""

@@ -61,6 +61,7 @@ class PagedSelfAttention(nn.Module):
         self.kernel_config = KernelConfig()
         self._triton_rotary: Callable | None = None
         self._cpu_ops: Any = None
+        self._cpu_rotary: Callable | None = None
 
     def use_kernel_config(self, config: KernelConfig) -> None:
         """Rotate with llmd.kernels.rotary when `config` selects Triton kernels, with the
@@ -69,11 +70,12 @@ class PagedSelfAttention(nn.Module):
         The q/k norms are layers of their own and receive the config separately.
         """
         self.kernel_config = config
-        self._triton_rotary = self._cpu_ops = None
+        self._triton_rotary = self._cpu_ops = self._cpu_rotary = None
         if config.use_cpu_ops:
             from llmd.attention.cpu_extension import load_cpu_ops
 
             self._cpu_ops = load_cpu_ops()
+            self._cpu_rotary = self._cpu_ops.rotary_embedding.default
         if config.use_triton:
             from llmd.kernels.rotary import rotary_embedding
 
@@ -120,19 +122,18 @@ class PagedSelfAttention(nn.Module):
         sin: torch.Tensor,  # [num_tokens, 1, head_dim // 2]
     ) -> tuple[torch.Tensor, torch.Tensor]:  # query, key
         """(Norm and) rotate q and k in place with the C++ op (views of qkv without q/k norm)."""
-        num_tokens = qkv.shape[0]
-        cos_rows = cos.reshape(num_tokens, -1)  # [num_tokens, head_dim // 2]
-        sin_rows = sin.reshape(num_tokens, -1)
-        num_qk_heads = self.num_heads + self.num_kv_heads
+        cos_rows = cos.squeeze(1)  # [num_tokens, head_dim // 2]
+        sin_rows = sin.squeeze(1)
+        num_heads = self.num_heads
+        num_qk_heads = num_heads + self.num_kv_heads
+        rotate = self._cpu_rotary
         if not self.has_qk_norm:
-            query_key = qkv[:, :num_qk_heads]  # [num_tokens, num_qk_heads, head_dim], strided
-            self._cpu_ops.rotary_embedding(query_key, cos_rows, sin_rows)
-            query, key = query_key.split((self.num_heads, self.num_kv_heads), dim=1)
-            return query, key
-        query = self.q_norm(qkv[:, : self.num_heads])  # [num_tokens, num_heads, head_dim]
-        key = self.k_norm(qkv[:, self.num_heads : num_qk_heads])
-        self._cpu_ops.rotary_embedding(query, cos_rows, sin_rows)
-        self._cpu_ops.rotary_embedding(key, cos_rows, sin_rows)
+            rotate(qkv[:, :num_qk_heads], cos_rows, sin_rows)  # q and k heads, in place
+            return qkv[:, :num_heads], qkv[:, num_heads:num_qk_heads]  # strided views
+        query = self.q_norm(qkv[:, :num_heads])  # [num_tokens, num_heads, head_dim]
+        key = self.k_norm(qkv[:, num_heads:num_qk_heads])
+        rotate(query, cos_rows, sin_rows)
+        rotate(key, cos_rows, sin_rows)
         return query, key
 
     def _rotate_with_kernel(
